@@ -1,0 +1,304 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The function being verified, stated once, and the validation of a problem instance.
+
+Per batch row b, head h and token t = 1..T, with feature map φ, scale s (default K^-1/2) and
+natural-log decay g_t <= 0 (a_t = exp(g_t); no decay means a_t = 1):
+
+    S_t = a_t S_{t-1} + φ(k_t) v_t^T          S_t in R^{K x V}, S_0 = initial state or 0
+    z_t = a_t z_{t-1} + φ(k_t)                z_t in R^K,       z_0 = initial key sum or 0
+    unnormalized:  o_t = s φ(q_t)^T S_t
+    normalized:    o_t = s φ(q_t)^T S_t / (s φ(q_t)^T z_t + eps)
+
+Equivalently (the parallel form) o_t = s Σ_{j<=t} exp(G_t - G_j) (φ(q_t)·φ(k_j)) v_j
++ s exp(G_t) φ(q_t)^T S_0, with G_t = Σ_{s<=t} g_s.
+
+Conventions fixed here, which every oracle and our kernels share:
+
+* eps is part of the function and is used exactly as given. A kernel that adds eps in float32
+  computes with fl32(eps); the harness passes that rounded value to the oracle (see
+  `linattn_verify.recipe.PrecisionRecipe.effective_eps`).
+* A normalized row whose denominator s φ(q_t)^T z_t + eps is exactly zero returns 0. With
+  φ >= 0 and eps = 0 this is the row whose every feature product vanishes (its numerator is
+  then exactly zero too), the 0/0 case; the exact result is defined to be 0 there.
+* The final state is S_T (and z_T when normalized), per sequence.
+* With ``cu_seqlens`` (int, ``[N+1]``, B == 1) the T axis packs N sequences; the state restarts
+  at every boundary and ``initial_state`` has N rows.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, cast, get_args
+
+import torch
+
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.typing import FeatureMap
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""Input dtypes the function is defined for."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A validated instance of the function: inputs plus every option resolved.
+
+    Attributes:
+        q: Queries ``[B, T, H, K]`` (before the feature map).
+        k: Keys ``[B, T, H, K]`` (before the feature map).
+        v: Values ``[B, T, H, V]``.
+        g: Natural-log decay ``[B, T, H]``, every entry finite and <= 0, or `None` (no decay).
+        scale: The resolved scale s (K^-1/2 when the caller passed `None`).
+        normalize: Whether the output is divided by s φ(q_t)^T z_t + eps.
+        eps: The denominator offset (0.0 when unnormalized).
+        feature_map: The feature map φ.
+        initial_state: S_0 ``[N, H, K, V]`` or `None` (zeros).
+        initial_key_sum: z_0 ``[N, H, K]`` (normalized problems only) or `None` (zeros).
+        output_final_state: Whether the final state is part of the result.
+        cu_seqlens: Sequence boundaries ``[N+1]`` (int64, CPU) or `None`.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    g: torch.Tensor | None
+    scale: float
+    normalize: bool
+    eps: float
+    feature_map: FeatureMap
+    initial_state: torch.Tensor | None
+    initial_key_sum: torch.Tensor | None
+    output_final_state: bool
+    cu_seqlens: torch.Tensor | None
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """``(B, T, H, K, V)``."""
+        B, T, H, K = self.q.shape
+        return B, T, H, K, self.v.shape[-1]
+
+    @property
+    def num_sequences(self) -> int:
+        """N: the number of independent sequences (B, or len(cu_seqlens) - 1)."""
+        if self.cu_seqlens is None:
+            return int(self.q.shape[0])
+        return int(self.cu_seqlens.numel()) - 1
+
+    def sequences(self) -> Iterator[tuple[int, int, int, int]]:
+        """Yield ``(n, b, start, end)`` for each sequence: its row of the state, batch row and span."""
+        T = self.q.shape[1]
+        if self.cu_seqlens is None:
+            for b in range(self.q.shape[0]):
+                yield b, b, 0, T
+        else:
+            bounds = self.cu_seqlens.tolist()
+            for n in range(len(bounds) - 1):
+                yield n, 0, int(bounds[n]), int(bounds[n + 1])
+
+    def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Problem:
+        """Return the same problem with every floating tensor converted (exactly, for float64)."""
+
+        def conv(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x.to(device=device or x.device, dtype=dtype)
+
+        return Problem(
+            q=cast(torch.Tensor, conv(self.q)),
+            k=cast(torch.Tensor, conv(self.k)),
+            v=cast(torch.Tensor, conv(self.v)),
+            g=conv(self.g),
+            scale=self.scale,
+            normalize=self.normalize,
+            eps=self.eps,
+            feature_map=self.feature_map,
+            initial_state=conv(self.initial_state),
+            initial_key_sum=conv(self.initial_key_sum),
+            output_final_state=self.output_final_state,
+            cu_seqlens=self.cu_seqlens,
+        )
+
+
+def _fail(message: str) -> InvalidArgument:
+    return InvalidArgument(message)
+
+
+def _check_tensor(name: str, x: Any, ndim: int, layout: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise _fail(f"Expected {name} to be a torch.Tensor {layout} but got {type(x).__name__}.")
+    if x.ndim != ndim:
+        raise _fail(f"Expected {name} of shape {layout} but got shape {tuple(x.shape)}.")
+    if x.dtype not in FLOAT_DTYPES:
+        raise _fail(
+            f"Expected {name} to be float16, bfloat16, float32 or float64 but got dtype={x.dtype}."
+        )
+    if x.numel() and not bool(torch.isfinite(x).all()):
+        raise _fail(f"Expected every element of {name} to be finite, but it holds NaN or inf.")
+    return x
+
+
+def _check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(f"Expected {name} to be a bool but got {name}={value!r}.")
+    return value
+
+
+def _check_real(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _fail(f"Expected {name} to be a real number but got {name}={value!r}.")
+    if not math.isfinite(float(value)):
+        raise _fail(f"Expected {name} to be finite but got {name}={value!r}.")
+    return float(value)
+
+
+def check_feature_map(feature_map: Any) -> FeatureMap:
+    """Return ``feature_map`` if it names a supported feature map, else raise InvalidArgument."""
+    choices = get_args(FeatureMap)
+    if feature_map not in choices:
+        raise _fail(f"Got feature_map={feature_map!r}, but feature_map must be one of {choices}.")
+    return cast(FeatureMap, feature_map)
+
+
+def _check_cu_seqlens(cu_seqlens: Any, B: int, T: int) -> torch.Tensor:
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.ndim != 1:
+        raise _fail(f"Expected cu_seqlens to be a 1-D integer tensor [N+1] but got {cu_seqlens!r}.")
+    if cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype in (torch.bool, torch.complex64):
+        raise _fail(f"Expected cu_seqlens to hold integers but got dtype={cu_seqlens.dtype}.")
+    if cu_seqlens.numel() < 2:
+        raise _fail(f"Expected cu_seqlens to have N+1 >= 2 entries but got {cu_seqlens.numel()}.")
+    if B != 1:
+        raise _fail(f"Got B={B} with cu_seqlens, but packed sequences need B == 1.")
+    bounds = cu_seqlens.to(device="cpu", dtype=torch.int64)
+    if int(bounds[0]) != 0 or int(bounds[-1]) != T:
+        raise _fail(
+            f"Expected cu_seqlens to start at 0 and end at T={T} but got "
+            f"cu_seqlens[0]={int(bounds[0])}, cu_seqlens[-1]={int(bounds[-1])}."
+        )
+    if bool((bounds[1:] < bounds[:-1]).any()):
+        raise _fail(f"Expected cu_seqlens to be non-decreasing but got {bounds.tolist()}.")
+    return bounds
+
+
+def validate_problem(
+    q: Any,
+    k: Any,
+    v: Any,
+    g: Any = None,
+    *,
+    scale: Any = None,
+    normalize: Any = False,
+    eps: Any = 0.0,
+    feature_map: Any = "identity",
+    initial_state: Any = None,
+    output_final_state: Any = False,
+    cu_seqlens: Any = None,
+) -> Problem:
+    """Check one instance of the function and resolve its options.
+
+    Args:
+        q: Queries ``[B, T, H, K]``.
+        k: Keys ``[B, T, H, K]``.
+        v: Values ``[B, T, H, V]``.
+        g: Natural-log decay ``[B, T, H]``, finite and <= 0. Default: `None`.
+        scale: Scale applied to φ(q); `None` means K^-1/2. Default: `None`.
+        normalize: Divide by s φ(q_t)^T z_t + eps. Default: `False`.
+        eps: Denominator offset, >= 0; must be 0 when ``normalize`` is false. Default: `0.0`.
+        feature_map: ``"identity"``, ``"elu1"`` or ``"relu"``. Default: `"identity"`.
+        initial_state: S_0 ``[N, H, K, V]``, or for normalized problems the pair
+            ``(S_0, z_0)`` with z_0 ``[N, H, K]``. Default: `None`.
+        output_final_state: Return S_T (and z_T). Default: `False`.
+        cu_seqlens: Packed-sequence boundaries ``[N+1]``, needs B == 1. Default: `None`.
+
+    Returns:
+        The validated `Problem`.
+
+    Raises:
+        InvalidArgument: naming the first argument that is malformed and what was expected.
+    """
+    q = _check_tensor("q", q, 4, "[B, T, H, K]")
+    B, T, H, K = q.shape
+    k = _check_tensor("k", k, 4, "[B, T, H, K]")
+    v = _check_tensor("v", v, 4, "[B, T, H, V]")
+    if k.shape != q.shape:
+        raise _fail(f"Expected k of shape {tuple(q.shape)} (as q) but got {tuple(k.shape)}.")
+    if v.shape[:3] != q.shape[:3]:
+        raise _fail(
+            f"Expected v of shape [B={B}, T={T}, H={H}, V] (as q) but got {tuple(v.shape)}."
+        )
+    if min(B, T, H, K, v.shape[-1]) < 1:
+        raise _fail(f"Expected B, T, H, K, V >= 1 but got q {tuple(q.shape)}, v {tuple(v.shape)}.")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise _fail(f"Expected q, k, v of one dtype but got {q.dtype}, {k.dtype}, {v.dtype}.")
+    if k.device != q.device or v.device != q.device:
+        raise _fail(f"Expected q, k, v on one device but got {q.device}, {k.device}, {v.device}.")
+    if g is not None:
+        g = _check_tensor("g", g, 3, "[B, T, H]")
+        if g.shape != q.shape[:3]:
+            raise _fail(f"Expected g of shape {tuple(q.shape[:3])} but got {tuple(g.shape)}.")
+        if g.device != q.device:
+            raise _fail(f"Expected g on {q.device} (as q) but got {g.device}.")
+        if bool((g > 0).any()):
+            raise _fail(f"Expected g <= 0 (a log decay) but got max(g)={float(g.max()):.6g}.")
+    resolved_scale = K**-0.5 if scale is None else _check_real("scale", scale)
+    normalize = _check_flag("normalize", normalize)
+    resolved_eps = _check_real("eps", eps)
+    if resolved_eps < 0:
+        raise _fail(f"Got eps={eps!r}, but eps must be >= 0.")
+    if resolved_eps != 0 and not normalize:
+        raise _fail(f"Got eps={eps!r} with normalize=False; eps only applies to normalized output.")
+    fmap = check_feature_map(feature_map)
+    output_final_state = _check_flag("output_final_state", output_final_state)
+    bounds = None if cu_seqlens is None else _check_cu_seqlens(cu_seqlens, B, T)
+    N = B if bounds is None else bounds.numel() - 1
+    S0, z0 = _check_initial_state(initial_state, normalize, N, H, K, v.shape[-1], q.device)
+    return Problem(
+        q=q,
+        k=k,
+        v=v,
+        g=g,
+        scale=resolved_scale,
+        normalize=normalize,
+        eps=resolved_eps,
+        feature_map=fmap,
+        initial_state=S0,
+        initial_key_sum=z0,
+        output_final_state=output_final_state,
+        cu_seqlens=bounds,
+    )
+
+
+def _check_initial_state(
+    initial_state: Any, normalize: bool, N: int, H: int, K: int, V: int, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    if initial_state is None:
+        return None, None
+    if normalize:
+        if not (isinstance(initial_state, tuple | list) and len(initial_state) == 2):
+            raise _fail(
+                "Expected initial_state to be a pair (S [N, H, K, V], z [N, H, K]) for a "
+                f"normalized problem but got {type(initial_state).__name__}."
+            )
+        S0 = _check_tensor("initial_state[0]", initial_state[0], 4, "[N, H, K, V]")
+        z0 = _check_tensor("initial_state[1]", initial_state[1], 3, "[N, H, K]")
+        if tuple(z0.shape) != (N, H, K):
+            raise _fail(f"Expected initial_state[1] of shape {(N, H, K)} but got {tuple(z0.shape)}.")
+        name = "initial_state[0]"
+    else:
+        if isinstance(initial_state, tuple | list):
+            raise _fail(
+                "Expected initial_state to be one tensor [N, H, K, V] for an unnormalized "
+                "problem but got a pair; (S, z) pairs belong to normalize=True."
+            )
+        S0 = _check_tensor("initial_state", initial_state, 4, "[N, H, K, V]")
+        z0 = None
+        name = "initial_state"
+    if tuple(S0.shape) != (N, H, K, V):
+        raise _fail(f"Expected {name} of shape {(N, H, K, V)} but got {tuple(S0.shape)}.")
+    for t in (S0, z0):
+        if t is not None and t.device != device:
+            raise _fail(f"Expected {name} on {device} (as q) but got {t.device}.")
+    return S0, z0
+
+
+__all__ = ["FLOAT_DTYPES", "Problem", "check_feature_map", "validate_problem"]
