@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class InvalidArgument(ValueError):
-    """An argument to a public function was malformed; the message names it and what was expected."""
+    """A public function got a malformed argument; the message names it and what was expected."""
 
 
 class PropertyViolation(AssertionError):

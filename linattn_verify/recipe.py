@@ -56,8 +56,9 @@ class PrecisionRecipe:
             unknown forms are charged the rounding counts of all three. Default: `None`.
         chunk_size: C for the chunk form (and the block of chunk-local decay cumsums).
             Default: `64`.
-        accumulation: ``"ieee"`` fp32 round-to-nearest adds (u_acc = 2^-24) or ``"mma"``
-            tensor-core accumulation (u_acc = 2^-23). Default: `"ieee"`.
+        accumulation: ``"ieee"`` fp32 round-to-nearest adds (u_acc = 2^-24), ``"mma"``
+            tensor-core accumulation (u_acc = 2^-23), or ``"float64"`` for a computation done
+            wholly in float64 (every unit roundoff becomes 2^-53). Default: `"ieee"`.
         dot_precision: ``tl.dot`` input precision for fp32 operands. Default: `"ieee"`.
         dots_on_path: How many ``tl.dot`` products a single term passes through (two for
             ``(QK^T)V``; zero for an elementwise recurrence). Default: `2`.
@@ -91,7 +92,9 @@ class PrecisionRecipe:
         _check_choice("dot_precision", self.dot_precision, get_args(DotPrecision))
         _check_choice("decay_scan", self.decay_scan, get_args(DecayScan))
         _check_choice("division", self.division, get_args(Division))
-        _check_choice("intermediate_dtype", self.intermediate_dtype, (*UNIT_ROUNDOFF, "input", None))
+        _check_choice(
+            "intermediate_dtype", self.intermediate_dtype, (*UNIT_ROUNDOFF, "input", None)
+        )
         _check_choice("eps_dtype", self.eps_dtype, tuple(UNIT_ROUNDOFF))
         for name in ("chunk_size", "dots_on_path", "casts_on_path"):
             value = getattr(self, name)
@@ -108,7 +111,12 @@ class PrecisionRecipe:
     @property
     def u_acc(self) -> float:
         """Unit roundoff of accumulation."""
-        return 2.0**-23 if self.accumulation == "mma" else 2.0**-24
+        return {"ieee": 2.0**-24, "mma": 2.0**-23, "float64": 2.0**-53}[self.accumulation]
+
+    @property
+    def u_arith(self) -> float:
+        """Unit roundoff of the elementwise arithmetic (fp32, or float64 for float64 recipes)."""
+        return 2.0**-53 if self.accumulation == "float64" else 2.0**-24
 
     @property
     def u_op(self) -> float:
@@ -123,19 +131,27 @@ class PrecisionRecipe:
     @property
     def u_div(self) -> float:
         """Relative error of the fp32 division."""
-        return 4 * 2.0**-24 if self.division == "full" else 2.0**-24
+        return (4 if self.division == "full" else 1) * self.u_arith
 
     def u_low(self, input_dtype: torch.dtype) -> float:
         """Unit roundoff of the intermediate dtype (0 when there is none)."""
         if self.intermediate_dtype is None:
             return 0.0
-        name = dtype_name(input_dtype) if self.intermediate_dtype == "input" else self.intermediate_dtype
+        name = (
+            dtype_name(input_dtype)
+            if self.intermediate_dtype == "input"
+            else self.intermediate_dtype
+        )
         return UNIT_ROUNDOFF[name]
 
     def effective_eps(self, eps: float) -> float:
         """Return eps as the kernel adds it: rounded to ``eps_dtype``."""
-        dtype = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
-                 "bfloat16": torch.bfloat16}[self.eps_dtype]
+        dtype = {
+            "float64": torch.float64,
+            "float32": torch.float32,
+            "float16": torch.float16,
+            "bfloat16": torch.bfloat16,
+        }[self.eps_dtype]
         return float(torch.tensor(eps, dtype=torch.float64).to(dtype).double())
 
     @classmethod
@@ -144,7 +160,9 @@ class PrecisionRecipe:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(spec) - known)
         if unknown:
-            raise InvalidArgument(f"Got unknown precision-recipe keys {unknown}; known: {sorted(known)}.")
+            raise InvalidArgument(
+                f"Got unknown precision-recipe keys {unknown}; known: {sorted(known)}."
+            )
         return cls(**spec)
 
 

@@ -88,7 +88,7 @@ class Problem:
         return int(self.cu_seqlens.numel()) - 1
 
     def sequences(self) -> Iterator[tuple[int, int, int, int]]:
-        """Yield ``(n, b, start, end)`` for each sequence: its row of the state, batch row and span."""
+        """Yield ``(n, b, start, end)`` per sequence: its state row, batch row and token span."""
         T = self.q.shape[1]
         if self.cu_seqlens is None:
             for b in range(self.q.shape[0]):
@@ -97,6 +97,27 @@ class Problem:
             bounds = self.cu_seqlens.tolist()
             for n in range(len(bounds) - 1):
                 yield n, 0, int(bounds[n]), int(bounds[n + 1])
+
+    def describe(self) -> str:
+        """Return a one-line description: shapes, dtype and every option."""
+        B, T, H, K, V = self.shape
+        parts = [
+            f"B={B} T={T} H={H} K={K} V={V}",
+            str(self.q.dtype).replace("torch.", ""),
+            f"feature_map={self.feature_map}",
+            f"scale={self.scale:.6g}",
+        ]
+        if self.normalize:
+            parts.append(f"normalize eps={self.eps:.6g}")
+        if self.g is not None:
+            parts.append(f"decay g in [{float(self.g.min()):.3g}, {float(self.g.max()):.3g}]")
+        if self.initial_state is not None:
+            parts.append("initial_state")
+        if self.output_final_state:
+            parts.append("final_state")
+        if self.cu_seqlens is not None:
+            parts.append(f"cu_seqlens={self.cu_seqlens.tolist()}")
+        return " ".join(parts)
 
     def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Problem:
         """Return the same problem with every floating tensor converted (exactly, for float64)."""
@@ -282,7 +303,9 @@ def _check_initial_state(
         S0 = _check_tensor("initial_state[0]", initial_state[0], 4, "[N, H, K, V]")
         z0 = _check_tensor("initial_state[1]", initial_state[1], 3, "[N, H, K]")
         if tuple(z0.shape) != (N, H, K):
-            raise _fail(f"Expected initial_state[1] of shape {(N, H, K)} but got {tuple(z0.shape)}.")
+            raise _fail(
+                f"Expected initial_state[1] of shape {(N, H, K)} but got {tuple(z0.shape)}."
+            )
         name = "initial_state[0]"
     else:
         if isinstance(initial_state, tuple | list):

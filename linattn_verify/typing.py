@@ -17,8 +17,9 @@ OracleMethod = Literal["auto", "float64", "double-double", "mpmath"]
 DotPrecision = Literal["ieee", "tf32", "tf32x3"]
 """``tl.dot`` input precision for fp32 operands."""
 
-Accumulation = Literal["ieee", "mma"]
-"""``ieee``: round-to-nearest fp32 adds (u = 2^-24); ``mma``: tensor-core accumulation (2^-23)."""
+Accumulation = Literal["ieee", "mma", "float64"]
+"""``ieee``: round-to-nearest fp32 adds (u = 2^-24); ``mma``: tensor-core accumulation (2^-23);
+``float64``: everything in float64 (u = 2^-53), for judging the float64 references."""
 
 DecayScan = Literal["chunk_local", "global", "per_step"]
 """How a kernel obtains decay weights: exp of differences of chunk-local cumulative sums, of

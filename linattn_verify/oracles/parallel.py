@@ -78,7 +78,9 @@ def _sequence(
         zero = Z == 0
         # Rows whose denominator is exactly zero return 0 (semantics.py); the safe divisor keeps
         # autograd free of 0/0 on the discarded branch.
-        o = torch.where(zero[..., None], torch.zeros_like(N), N / torch.where(zero, 1, Z)[..., None])
+        o = torch.where(
+            zero[..., None], torch.zeros_like(N), N / torch.where(zero, 1, Z)[..., None]
+        )
     else:
         o = N
     return o.transpose(0, 1), S_T, z_T

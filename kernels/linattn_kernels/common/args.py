@@ -89,7 +89,8 @@ def prepare(
         )
     if feature_map not in FEATURE_CODES:
         raise ValueError(
-            f"Got feature_map={feature_map!r}, but feature_map must be one of {tuple(FEATURE_CODES)}."
+            f"Got feature_map={feature_map!r}, but feature_map must be one of "
+            f"{tuple(FEATURE_CODES)}."
         )
     if scale is None:
         scale = K**-0.5
@@ -98,7 +99,9 @@ def prepare(
     if not isinstance(eps, int | float) or isinstance(eps, bool) or not eps >= 0:
         raise ValueError(f"Expected eps to be a float >= 0 but got eps={eps!r}.")
     if eps and not normalize:
-        raise ValueError(f"Got eps={eps!r} with normalize=False; eps only applies to normalized output.")
+        raise ValueError(
+            f"Got eps={eps!r} with normalize=False; eps only applies to normalized output."
+        )
     if g is not None:
         g = _tensor("g", g, "[B, T, H]", 3)
         if g.shape != q.shape[:3]:
@@ -122,10 +125,24 @@ def prepare(
     N = B if cu_seqlens is None else cu_seqlens.numel() - 1
     h0, z0 = _initial_state(initial_state, normalize, N, H, K, V, q.device)
     return Inputs(
-        q=q.contiguous(), k=k.contiguous(), v=v.contiguous(), g=g, scale=float(scale),
-        feature=FEATURE_CODES[feature_map], normalize=bool(normalize), eps=float(eps),
-        h0=h0, z0=z0, output_final_state=bool(output_final_state), cu_seqlens=cu_seqlens,
-        B=B, T=T, H=H, K=K, V=V, N=N,
+        q=q.contiguous(),
+        k=k.contiguous(),
+        v=v.contiguous(),
+        g=g,
+        scale=float(scale),
+        feature=FEATURE_CODES[feature_map],
+        normalize=bool(normalize),
+        eps=float(eps),
+        h0=h0,
+        z0=z0,
+        output_final_state=bool(output_final_state),
+        cu_seqlens=cu_seqlens,
+        B=B,
+        T=T,
+        H=H,
+        K=K,
+        V=V,
+        N=N,
     )
 
 

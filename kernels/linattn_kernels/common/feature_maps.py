@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from linattn_kernels import _backend  # noqa: F401  (sets TRITON_INTERPRET before triton.jit)
-
 import triton
 import triton.language as tl
+
+from linattn_kernels import _backend  # noqa: F401  (sets TRITON_INTERPRET before triton.jit)
 
 FEATURE_CODES = {"identity": 0, "elu1": 1, "relu": 2}
 """The constexpr ``FEATURE`` value each feature-map name compiles to."""
@@ -18,10 +18,9 @@ def feature_map(x, FEATURE: tl.constexpr):
     if FEATURE == 1:
         # exp of min(x, 0): the discarded branch must not overflow to inf.
         return tl.where(x > 0, x + 1.0, tl.exp(tl.minimum(x, 0.0)))
-    elif FEATURE == 2:
+    if FEATURE == 2:
         return tl.maximum(x, 0.0)
-    else:
-        return x
+    return x
 
 
 @triton.jit
@@ -29,7 +28,6 @@ def feature_map_grad(x, FEATURE: tl.constexpr):
     """φ'(x) in fp32 (1 for identity; 1 or exp(x) for elu1; 1 or 0 for relu)."""
     if FEATURE == 1:
         return tl.where(x > 0, 1.0, tl.exp(tl.minimum(x, 0.0)))
-    elif FEATURE == 2:
+    if FEATURE == 2:
         return tl.where(x > 0, 1.0, 0.0)
-    else:
-        return tl.full(x.shape, 1.0, tl.float32)
+    return tl.full(x.shape, 1.0, tl.float32)
