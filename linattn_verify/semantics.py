@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast, get_args
 
 import torch
@@ -118,6 +118,32 @@ class Problem:
         if self.cu_seqlens is not None:
             parts.append(f"cu_seqlens={self.cu_seqlens.tolist()}")
         return " ".join(parts)
+
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """Return the differentiable inputs that exist, by name (``q`` ... ``initial_key_sum``)."""
+        named = {
+            "q": self.q,
+            "k": self.k,
+            "v": self.v,
+            "g": self.g,
+            "initial_state": self.initial_state,
+            "initial_key_sum": self.initial_key_sum,
+        }
+        return {name: t for name, t in named.items() if t is not None}
+
+    def with_grad_leaves(self) -> tuple[Problem, dict[str, torch.Tensor]]:
+        """Return a copy whose inputs are fresh autograd leaves, and those leaves by name."""
+        leaves = {n: t.detach().clone().requires_grad_(True) for n, t in self.inputs().items()}
+        problem = replace(
+            self,
+            q=leaves["q"],
+            k=leaves["k"],
+            v=leaves["v"],
+            g=leaves.get("g"),
+            initial_state=leaves.get("initial_state"),
+            initial_key_sum=leaves.get("initial_key_sum"),
+        )
+        return problem, leaves
 
     def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Problem:
         """Return the same problem with every floating tensor converted (exactly, for float64)."""

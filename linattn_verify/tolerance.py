@@ -61,17 +61,16 @@ roundings. Gradient elements that depend on an unverifiable denominator are unve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
+from linattn_verify._bounds.forward import ForwardPieces, forward_sequence
+from linattn_verify._bounds.gradients import Cotangents, backward_sequence
+from linattn_verify._bounds.terms import SequenceTerms, Units
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map, feature_map_derivative
-from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe, dtype_name
+from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
-
-SMALLEST_NORMAL_FP32 = 2.0**-126
-"""A feature exp(x) below this may be flushed to zero: an absolute error of at most this."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +82,7 @@ class Residual:
     numerator_bound: torch.Tensor  # B^N
     denominator_bound: torch.Tensor  # B^Z, [B, T, H, 1]
     rounding: float  # u_div + u_out
+    absolute: float  # absolute rounding error of a tiny output (below the normal range)
 
 
 @dataclass(frozen=True)
@@ -125,188 +125,6 @@ class ForwardBounds:
     tensors: dict[str, TensorBound] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _Units:
-    """The unit roundoffs a recipe implies for one input dtype."""
-
-    acc: float  # accumulation
-    arith: float  # elementwise arithmetic (exp, φ, multiplies)
-    per_term: float  # casts to the intermediate dtype and tf32 operands, per term
-    out: float  # rounding of the output to the input dtype (0 when it is the fp32 result)
-    div: float
-    underflow: float  # absolute error of a feature that may underflow
-
-    @staticmethod
-    def of(recipe: PrecisionRecipe, dtype: torch.dtype) -> _Units:
-        name = dtype_name(dtype)
-        out = 0.0 if name in ("float32", "float64") else UNIT_ROUNDOFF[name]
-        float64 = recipe.accumulation == "float64"
-        return _Units(
-            acc=recipe.u_acc,
-            arith=recipe.u_arith,
-            per_term=recipe.casts_on_path * recipe.u_low(dtype)
-            + recipe.dots_on_path * 2 * recipe.u_op,
-            out=out,
-            div=recipe.u_div,
-            underflow=2.0**-1022 if float64 else SMALLEST_NORMAL_FP32,
-        )
-
-
-def _exp_error(x: torch.Tensor, u: float) -> torch.Tensor:
-    """ε_exp(x) = (4 + 2.4|x|) u: relative error of ``tl.exp`` (ex2.approx) on fp32."""
-    return (4 + 2.4 * x.abs()) * u
-
-
-class _Sequence:
-    """The T x (T+1) term structure of one sequence (all heads), in float64.
-
-    Column 0 of every [H, T, T+1] matrix is the virtual key j = 0 that stands for the initial
-    state; columns 1..T are the tokens.
-    """
-
-    def __init__(
-        self,
-        problem: Problem,
-        recipe: PrecisionRecipe,
-        units: _Units,
-        n: int,
-        b: int,
-        start: int,
-        end: int,
-    ) -> None:
-        p = problem
-        self.units = units
-        self.recipe = recipe
-        self.scale = abs(p.scale)
-        q = p.q[b, start:end].transpose(0, 1)  # [H, L, K]
-        k = p.k[b, start:end].transpose(0, 1)
-        self.v = p.v[b, start:end].transpose(0, 1)  # [H, L, V]
-        H, L, K = q.shape
-        V = self.v.shape[-1]
-        self.H, self.L, self.K, self.V = H, L, K, V
-        dev, f64 = q.device, torch.float64
-        self.q_feat = apply_feature_map(q, p.feature_map)
-        self.k_feat = apply_feature_map(k, p.feature_map)
-        self.q_err = self._feature_error(q, p.feature_map)
-        self.k_err = self._feature_error(k, p.feature_map)
-        self.q_dphi = feature_map_derivative(q, p.feature_map)
-        self.q_dphi_err = self._derivative_error(q, p.feature_map)
-        self.k_dphi = feature_map_derivative(k, p.feature_map)
-        self.k_dphi_err = self._derivative_error(k, p.feature_map)
-        self.S0 = (
-            p.initial_state[n]
-            if p.initial_state is not None
-            else torch.zeros(H, K, V, dtype=f64, device=dev)
-        )
-        self.z0 = (
-            p.initial_key_sum[n]
-            if p.initial_key_sum is not None
-            else torch.zeros(H, K, dtype=f64, device=dev)
-        )
-        t = torch.arange(1, L + 1, device=dev)  # token positions 1..L
-        j = torch.arange(0, L + 1, device=dev)  # key positions, 0 = initial state
-        causal = j[None, :] <= t[:, None]  # [L, L+1]
-        decay = p.g is not None
-        if decay:
-            assert p.g is not None
-            g = p.g[b, start:end].transpose(0, 1)  # [H, L]
-            G = torch.cat([torch.zeros(H, 1, dtype=f64, device=dev), torch.cumsum(g, -1)], -1)
-        else:
-            G = torch.zeros(H, L + 1, dtype=f64, device=dev)
-        self.G = G  # [H, L+1], G[:, 0] = 0
-        D = (G[:, 1:, None] - G[:, None, :]).masked_fill(~causal, float("-inf"))  # [H, L, L+1]
-        self.W = torch.exp(D)  # zero above the diagonal
-        self.causal = causal
-        self.W_end = torch.exp(G[:, -1:] - G)  # [H, L+1]: weight of key j in the final state
-        dec = int(decay)
-        C = recipe.chunk_size
-        tt, jj = t[:, None].to(f64), j[None, :].to(f64)
-        chunk_of = lambda x: torch.where(x > 0, torch.div(x - 1, C, rounding_mode="floor"), -1.0)  # noqa: E731
-        crossings = chunk_of(tt) - chunk_of(jj)
-        self.acc_fwd = self._forms(
-            parallel=tt + 1 + dec,
-            chunk=C + (1 + dec) * crossings + 1 + 2 * dec,
-            recurrent=2 + (1 + dec) * (tt - jj),
-        )  # [L, L+1], roundings of accumulation along a row (over j)
-        self.acc_rev = self._forms(
-            parallel=(L - jj + 1) + dec + 0 * tt,
-            chunk=C + (1 + dec) * crossings + 1 + 2 * dec,
-            recurrent=2 + (1 + dec) * (tt - jj),
-        )  # [L, L+1], roundings of accumulation along a column (over t)
-        Lf = float(L)
-        end_crossings = chunk_of(torch.tensor(Lf, dtype=f64, device=dev)) - chunk_of(j.to(f64))
-        self.acc_state = self._forms(
-            parallel=Lf + 2 + dec + 0 * j.to(f64),
-            chunk=C + (1 + dec) * end_crossings + 2 + 2 * dec,
-            recurrent=2 + (1 + dec) * (Lf - j.to(f64)),
-        )  # [L+1], roundings of a final-state term φ(k_j) v_j w_Tj
-        if decay:
-            self.eps_w = self._weight_error(G, D, t, j)  # [H, L, L+1]
-            self.eps_w_end = (
-                self._weight_error(
-                    G, (G[:, -1:] - G)[:, None, :], torch.tensor([L], device=dev), j
-                )[:, 0]
-                if L
-                else torch.zeros(H, 1, dtype=f64, device=dev)
-            )  # [H, L+1]
-        else:
-            self.eps_w = torch.zeros(1, L, L + 1, dtype=f64, device=dev)
-            self.eps_w_end = torch.zeros(1, L + 1, dtype=f64, device=dev)
-
-    def _forms(
-        self, *, parallel: torch.Tensor, chunk: torch.Tensor, recurrent: torch.Tensor
-    ) -> torch.Tensor:
-        form = self.recipe.form
-        if form == "parallel":
-            return parallel
-        if form == "chunk":
-            return chunk
-        if form == "recurrent":
-            return recurrent
-        return parallel + chunk + recurrent
-
-    def _feature_error(self, x: torch.Tensor, feature_map: str) -> torch.Tensor:
-        """Δφ(x): absolute error of the kernel's φ(x)."""
-        u = self.units.arith
-        if feature_map == "elu1":
-            if self.recipe.naive_elu1:
-                return torch.full_like(x, 2 * u) + self.units.underflow
-            pos = u * (x + 1).abs()
-            neg = _exp_error(x, u) * torch.exp(torch.clamp(x, max=0)) + self.units.underflow
-            return torch.where(x > 0, pos, neg)
-        return torch.zeros_like(x)
-
-    def _derivative_error(self, x: torch.Tensor, feature_map: str) -> torch.Tensor:
-        """Absolute error of the kernel's φ'(x) (only elu1's exp branch rounds)."""
-        if feature_map == "elu1":
-            neg = _exp_error(x, self.units.arith) * torch.exp(torch.clamp(x, max=0))
-            return torch.where(x > 0, torch.zeros_like(x), neg + self.units.underflow)
-        return torch.zeros_like(x)
-
-    def _weight_error(
-        self, G: torch.Tensor, D: torch.Tensor, t: torch.Tensor, j: torch.Tensor
-    ) -> torch.Tensor:
-        """ε_w(t, j): relative error of the kernel's decay weight exp(G_t - G_j)."""
-        u = self.units.arith
-        absD = torch.nan_to_num(D.abs(), posinf=0.0)  # masked entries: their weight is 0 anyway
-        scan = self.recipe.decay_scan
-        if scan == "per_step":
-            return 4 * u * (t[:, None] - j[None, :]).clamp(min=0).to(G.dtype) + 2.4 * u * absD
-        block = self.recipe.chunk_size if scan == "chunk_local" else max(self.L, 1)
-        pos = torch.arange(0, self.L + 1, device=G.device)
-        blk = torch.where(pos > 0, torch.div(pos - 1, block, rounding_mode="floor"), -1)
-        start = torch.clamp(blk * block, min=0)  # position whose G the block's cumsum starts from
-        G_local = (G - G[:, start]).abs()  # [H, L+1]
-        end = torch.clamp((blk + 1) * block, max=self.L)
-        G_block_total = torch.where(blk >= 0, (G[:, end] - G[:, start]).abs(), 0.0)
-        bt, bj = blk[t][:, None], blk[j][None, :]
-        same = bt == bj
-        pieces = torch.where(same, 1, bt - bj + 1).clamp(min=1).to(G.dtype)
-        Gt, Gj = G_local[:, t][:, :, None], G_local[:, j][:, None, :]
-        local = Gt + Gj + torch.where(same, 0.0, G_block_total[:, j][:, None, :] + absD)
-        return pieces * 5 * u + 3.4 * u * absD + block * u * local
-
-
 def _empty_like_rows(p: Problem, last: int) -> torch.Tensor:
     B, T, H = p.q.shape[:3]
     return torch.zeros(B, T, H, last, dtype=torch.float64, device=p.q.device)
@@ -320,7 +138,7 @@ def _assemble(p: Problem, pieces: list[torch.Tensor], last: int) -> torch.Tensor
     return rows.reshape(*p.q.shape[:3], last)
 
 
-def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, _Units]:
+def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, Units]:
     if not isinstance(problem, Problem):
         raise InvalidArgument(
             f"Expected problem to be a linattn_verify.semantics.Problem but got "
@@ -330,119 +148,7 @@ def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, _Units
         raise InvalidArgument(
             f"Expected recipe to be a PrecisionRecipe but got {type(recipe).__name__}."
         )
-    return problem.to(torch.float64), _Units.of(recipe, problem.q.dtype)
-
-
-@dataclass
-class _ForwardPieces:
-    """Per-sequence forward quantities, kept for the gradient bounds."""
-
-    seq: _Sequence
-    Z: torch.Tensor  # [H, L, 1] (ones when unnormalized)
-    B_Z: torch.Tensor  # [H, L, 1] (zeros when unnormalized)
-    B_o: torch.Tensor  # [H, L, V] forward bound of o (0 where unverifiable: see `bad`)
-    o: torch.Tensor  # [H, L, V]
-    bad: torch.Tensor  # [H, L] rows with an unverifiable denominator
-
-
-def _forward_sequence(seq: _Sequence, p: Problem) -> tuple[dict[str, torch.Tensor], _ForwardPieces]:
-    u = seq.units
-    s = seq.scale
-    qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
-    S0a, z0a = seq.S0.abs(), seq.z0.abs()
-    K = seq.K
-    count = K + 2 + seq.acc_fwd  # [L, L+1]
-    U = u.acc * count + seq.eps_w + u.per_term  # [H?, L, L+1]
-    W = seq.W
-    absA = qa @ ka.transpose(-1, -2)  # [H, L, L]
-    Ephi = seq.q_err @ ka.transpose(-1, -2) + qa @ seq.k_err.transpose(-1, -2)
-    qS0a = qa @ S0a  # [H, L, V]
-    qz0a = (qa * z0a[:, None, :]).sum(-1)  # [H, L]
-    w0, W_tok = W[..., 0], W[..., 1:]
-    U0, U_tok = U[..., 0], U[..., 1:]
-    # Exact values (the float64 parallel form) and their magnitudes.
-    A = seq.q_feat @ seq.k_feat.transpose(-1, -2)
-    N = p.scale * ((W_tok * A) @ seq.v + w0[..., None] * (seq.q_feat @ seq.S0))
-    M_N = s * ((W_tok * absA) @ va + w0[..., None] * qS0a)
-    B_N = s * (
-        ((U_tok * W_tok * absA) + W_tok * Ephi) @ va
-        + (U0 * w0)[..., None] * qS0a
-        + w0[..., None] * (seq.q_err @ S0a)
-    )
-    max_count = torch.where(seq.causal, count, 0.0).amax(-1).to(N.dtype)  # [L]
-    out: dict[str, torch.Tensor] = {}
-    L = seq.L
-    if p.normalize:
-        Zsum = p.scale * ((W_tok * A).sum(-1) + w0 * (seq.q_feat * seq.z0[:, None, :]).sum(-1))
-        Z = (Zsum + p.eps)[..., None]  # [H, L, 1]
-        M_Z = (s * ((W_tok * absA).sum(-1) + w0 * qz0a) + p.eps)[..., None]
-        B_Z = (
-            s
-            * (
-                ((U_tok * W_tok * absA) + W_tok * Ephi).sum(-1)
-                + U0 * w0 * qz0a
-                + w0 * (seq.q_err * z0a[:, None, :]).sum(-1)
-            )
-        )[..., None] + u.acc * Z.abs()
-        exact_zero = M_Z == 0  # every term vanishes: the 0/0 row, whose value is exactly 0
-        o = torch.where(Z == 0, torch.zeros_like(N), N / torch.where(Z == 0, 1, Z))
-        good = (Z.abs() / 2 > B_Z) | exact_zero
-        rounding = u.div + u.out
-        B_o = torch.where(
-            good,
-            (B_N + o.abs() * B_Z) / torch.where(good, Z.abs() - B_Z, 1) + rounding * o.abs(),
-            torch.inf,
-        )
-        B_o = torch.where(exact_zero, 0.0, B_o)
-        M_o = torch.where(exact_zero, 0.0, (M_N + o.abs() * M_Z) / torch.where(Z == 0, 1, Z.abs()))
-        bad = ~good[..., 0]
-        out.update(
-            o=o,
-            B_o=B_o,
-            M_o=M_o,
-            N=N,
-            Z=Z,
-            B_N=B_N,
-            B_Z=B_Z,
-            eps_influence=(p.eps / torch.where(Z == 0, 1, Z.abs()))[..., 0],
-            single_o=(u.per_term * M_o + rounding * o.abs()),
-        )
-        Z_rows = Z
-    else:
-        o = N
-        B_o = B_N + u.out * N.abs()
-        bad = torch.zeros(seq.H, L, dtype=torch.bool, device=N.device)
-        out.update(o=o, B_o=B_o, M_o=M_N, single_o=u.per_term * M_N + u.out * N.abs())
-        Z_rows = torch.ones_like(N[..., :1])
-    out["count_o"] = (max_count[None, :, None]).expand(seq.H, L, 1)
-    # Final state and key sum: terms φ(k_j) v_j w_Tj (no K-dot, no scale).
-    wE = seq.W_end  # [H, L+1]
-    count_S = seq.acc_state  # [L+1]
-    U_S = u.acc * count_S + seq.eps_w_end + u.per_term  # [H, L+1]
-    kw = seq.k_feat * wE[:, 1:, None]
-    S_T = kw.transpose(-1, -2) @ seq.v + wE[:, :1, None] * seq.S0
-    z_T = kw.sum(1) + wE[:, :1] * seq.z0
-    kaw = ka * wE[:, 1:, None]
-    M_S = kaw.transpose(-1, -2) @ va + wE[:, :1, None] * S0a
-    B_S = (
-        (kaw * U_S[:, 1:, None]).transpose(-1, -2) @ va
-        + (seq.k_err * wE[:, 1:, None]).transpose(-1, -2) @ va
-        + (U_S[:, :1] * wE[:, :1])[..., None] * S0a
-    )
-    M_z = kaw.sum(1) + wE[:, :1] * z0a
-    B_z = (
-        (kaw * U_S[:, 1:, None]).sum(1)
-        + (seq.k_err * wE[:, 1:, None]).sum(1)
-        + (U_S[:, :1] * wE[:, :1]) * z0a
-    )
-    out.update(
-        S_T=S_T, M_S=M_S, B_S=B_S, z_T=z_T, M_z=M_z, B_z=B_z, count_S=count_S.max().expand(1)
-    )
-    B_Z_rows = out["B_Z"] if p.normalize else torch.zeros_like(Z_rows)
-    pieces = _ForwardPieces(
-        seq=seq, Z=Z_rows, B_Z=B_Z_rows, B_o=torch.where(bad[..., None], 0.0, B_o), o=o, bad=bad
-    )
-    return out, pieces
+    return problem.to(torch.float64), Units.of(recipe, problem.q.dtype)
 
 
 def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
@@ -464,13 +170,13 @@ def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
 
 def _forward(
     problem: Problem, recipe: PrecisionRecipe
-) -> tuple[ForwardBounds, list[_ForwardPieces]]:
+) -> tuple[ForwardBounds, list[ForwardPieces]]:
     p, units = _prepare(problem, recipe)
     per_seq: list[dict[str, torch.Tensor]] = []
-    pieces: list[_ForwardPieces] = []
+    pieces: list[ForwardPieces] = []
     for n, b, start, end in p.sequences():
-        seq = _Sequence(p, recipe, units, n, b, start, end)
-        values, piece = _forward_sequence(seq, p)
+        seq = SequenceTerms(p, recipe, units, n, b, start, end)
+        values, piece = forward_sequence(seq, p)
         per_seq.append(values)
         pieces.append(piece)
     V = p.v.shape[-1]
@@ -494,6 +200,7 @@ def _forward(
             numerator_bound=rows("B_N", V),
             denominator_bound=rows("B_Z", 1),
             rounding=units.div + units.out,
+            absolute=units.out_abs,
         )
         eps_influence = rows("eps_influence", 1)[..., 0]
     tensors["o"] = TensorBound(
@@ -541,134 +248,6 @@ def _forward(
     ), pieces
 
 
-__all__ = [
-    "ForwardBounds",
-    "Residual",
-    "TensorBound",
-    "forward_bounds",
-]
-
-
-@dataclass(frozen=True)
-class Cotangents:
-    """Cotangents of one sequence: do ``[H, L, V]``, dS_T ``[H, K, V]``, dz_T ``[H, K]``."""
-
-    do: torch.Tensor
-    dS: torch.Tensor
-    dz: torch.Tensor
-
-
-def _backward_sequence(
-    f: _ForwardPieces, ct: Cotangents, normalize: bool
-) -> dict[str, torch.Tensor]:
-    """Magnitudes, bounds and unverifiable masks of the gradients of one sequence."""
-    seq, u = f.seq, f.seq.units
-    s = seq.scale
-    qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
-    S0a, z0a = seq.S0.abs(), seq.z0.abs()
-    doa, dSa, dza = ct.do.abs(), ct.dS.abs(), ct.dz.abs()
-    nz = float(normalize)
-    good = ~f.bad[..., None]  # [H, L, 1]
-    zeta = torch.where(f.Z == 0, 1.0, 1.0 / f.Z.abs())  # [H, L, 1]
-    e_Z = torch.where(good & (f.Z != 0), f.B_Z * zeta, 0.0)  # relative error of the kernel's Z
-    do_o = (doa * f.o.abs()).sum(-1) * nz  # |do_t|·|o_t|, [H, L]
-    delta_err_raw = (doa * f.B_o).sum(-1) * nz  # error of δ_t from the kernel's ô, [H, L]
-    delta_err = delta_err_raw * zeta[..., 0]
-    R = (doa @ va.transpose(-1, -2) + do_o[..., None]) * zeta  # |dP_tj|, [H, L, L]
-    R0 = (doa @ S0a.transpose(-1, -2) + do_o[..., None] * z0a[:, None, :]) * zeta  # [H, L, K]
-    count = seq.K + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
-    Ub = u.acc * count + seq.eps_w + u.per_term + e_Z  # [H, L, L+1]
-    Ub0, Ub_tok = Ub[..., 0], Ub[..., 1:]
-    W_tok, w0 = seq.W[..., 1:], seq.W[..., 0]
-    wE0, wE = seq.W_end[:, 0], seq.W_end[:, 1:]  # [H], [H, L]
-    U_S = u.acc * (seq.acc_state + seq.V + 4) + seq.eps_w_end + u.per_term  # [H, L+1]
-    US0, US = U_S[:, 0], U_S[:, 1:]
-    absA = qa @ ka.transpose(-1, -2)
-    Ephi = seq.q_err @ ka.transpose(-1, -2) + qa @ seq.k_err.transpose(-1, -2)
-    WR = W_tok * R
-    WRerr = W_tok * (Ub_tok * R + delta_err[..., None])
-    out: dict[str, torch.Tensor] = {}
-    # dφ(q) and dφ(k).
-    M_dqf = s * (WR @ ka + w0[..., None] * R0)
-    B_dqf = s * (
-        WRerr @ ka
-        + WR @ seq.k_err
-        + (Ub0 * w0)[..., None] * R0
-        + (w0 * delta_err)[..., None] * z0a[:, None, :] * nz
-    )
-    final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # [H, L, K]
-    M_dkf = s * WR.transpose(-1, -2) @ qa + wE[..., None] * final_k
-    B_dkf = s * (WRerr.transpose(-1, -2) @ qa + WR.transpose(-1, -2) @ seq.q_err) + (
-        (wE * US)[..., None] * final_k
-    )
-    # dv.
-    Pz = s * W_tok * absA * zeta
-    final_v = ka @ dSa  # [H, L, V]
-    out["M_v"] = Pz.transpose(-1, -2) @ doa + wE[..., None] * final_v
-    out["B_v"] = (s * W_tok * (Ub_tok * absA + Ephi) * zeta).transpose(-1, -2) @ doa + (
-        (wE * US)[..., None] * final_v + wE[..., None] * (seq.k_err @ dSa)
-    )
-    # dS_0 and dz_0.
-    qz = s * qa * (w0 * zeta[..., 0])[..., None]  # [H, L, K]
-    qz_err = s * seq.q_err * (w0 * zeta[..., 0])[..., None]
-    out["M_S0"] = qz.transpose(-1, -2) @ doa + wE0[:, None, None] * dSa
-    out["B_S0"] = (qz * Ub0[..., None] + qz_err).transpose(-1, -2) @ doa + (
-        (US0 * wE0)[:, None, None] * dSa
-    )
-    out["M_z0"] = (qz * do_o[..., None]).sum(1) + wE0[:, None] * dza
-    out["B_z0"] = (
-        (qz * (Ub0 * do_o + delta_err_raw)[..., None]).sum(1)
-        + (qz_err * do_o[..., None]).sum(1)
-        + (US0 * wE0)[:, None] * dza
-    )
-    # dG_t = q̃_t·dq̃_t - k̃_t·dk̃_t (+ the final-state pairing at t = L); dg = reverse cumsum.
-    Q = s * W_tok * absA * R
-    Q_err = s * W_tok * (Ub_tok * absA * R + absA * delta_err[..., None] + Ephi * R)
-    Q0 = s * w0 * (qa * R0).sum(-1)
-    Q0_err = (
-        s
-        * w0
-        * (
-            (qa * R0).sum(-1) * Ub0
-            + (seq.q_err * R0).sum(-1)
-            + nz * (qa * z0a[:, None, :]).sum(-1) * delta_err
-        )
-    )
-    F = wE * ((final_v * va).sum(-1) + nz * (ka * dza[:, None, :]).sum(-1))  # [H, L]
-    F_err = wE * US * ((final_v * va).sum(-1) + nz * (ka * dza[:, None, :]).sum(-1)) + wE * (
-        ((seq.k_err @ dSa) * va).sum(-1) + nz * (seq.k_err * dza[:, None, :]).sum(-1)
-    )
-    F0 = wE0 * ((dSa * S0a).sum((-1, -2)) + nz * (dza * z0a).sum(-1))
-    M_dG = Q.sum(-1) + Q0 + Q.sum(-2) + F
-    B_dG = Q_err.sum(-1) + Q0_err + Q_err.sum(-2) + F_err + u.acc * (seq.K + 2) * M_dG
-    if seq.L:
-        M_dG[:, -1] += F.sum(-1) + F0
-        B_dG[:, -1] += F_err.sum(-1) + F0 * US0
-    out["M_g"] = _reverse_cumsum(M_dG)
-    steps = torch.arange(seq.L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)
-    out["B_g"] = _reverse_cumsum(B_dG) + u.acc * steps * out["M_g"]
-    # dq = dφ(q) ⊙ φ'(q): one more multiply, and the error of φ'.
-    for name, M_f, B_f, dphi, dphi_err in (
-        ("q", M_dqf, B_dqf, seq.q_dphi, seq.q_dphi_err),
-        ("k", M_dkf, B_dkf, seq.k_dphi, seq.k_dphi_err),
-    ):
-        out["M_" + name] = M_f * dphi.abs()
-        out["B_" + name] = B_f * dphi.abs() + M_f * dphi_err + u.arith * out["M_" + name]
-    # Unverifiable: anything that depends on a row whose denominator is not certified.
-    bad = f.bad
-    bad_key = ((W_tok > 0) & bad[..., None]).any(-2)  # [H, L]: some later row t >= j is bad
-    bad_G = bad | bad_key
-    bad_g = torch.flip(torch.cummax(torch.flip(bad_G.to(torch.int8), [-1]), -1).values, [-1]) > 0
-    out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
-    out["bad_S0"] = (bad & (w0 > 0)).any(-1)  # [H]
-    out["count"] = count.max().expand(1)
-    return out
-
-
-def _reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
-    return torch.flip(torch.cumsum(torch.flip(x, [-1]), -1), [-1])
-
-
 GRADIENT_NAMES = ("q", "k", "v", "g", "initial_state", "initial_key_sum")
 """Keys of the gradient dictionaries: d/dq, d/dk, d/dv, d/dg, d/dS_0, d/dz_0."""
 
@@ -698,6 +277,24 @@ def _split_final_cotangent(
     )
 
 
+def cotangent_loss(
+    o: torch.Tensor, final_state: object, do: torch.Tensor, d_final_state: object = None
+) -> torch.Tensor:
+    """Return <o, do> + <S_T, dS_T> + <z_T, dz_T> in float32 or better (missing parts are 0).
+
+    Its gradient is the vector-Jacobian product the backward bounds describe. ``final_state`` and
+    ``d_final_state`` are `None`, S_T / dS_T, or the pairs (S_T, z_T) / (dS_T, dz_T).
+    """
+    dtype = torch.promote_types(o.dtype, torch.float32)
+    loss = (o.to(dtype) * do.to(dtype)).sum()
+    finals = final_state if isinstance(final_state, tuple | list) else (final_state,)
+    cotangents = d_final_state if isinstance(d_final_state, tuple | list) else (d_final_state,)
+    for x, d in zip(finals, cotangents, strict=False):
+        if isinstance(x, torch.Tensor) and isinstance(d, torch.Tensor):
+            loss = loss + (x.to(dtype) * d.to(device=x.device, dtype=dtype)).sum()
+    return loss
+
+
 def reference_gradients(
     problem: Problem, do: torch.Tensor, d_final_state: object = None
 ) -> dict[str, torch.Tensor]:
@@ -707,41 +304,14 @@ def reference_gradients(
     `GRADIENT_NAMES` whose input exists (``g`` only with decay, ``initial_state`` only when one
     was given).
     """
-    from dataclasses import replace
-
     from linattn_verify.oracles.parallel import parallel_reference
 
     p = problem.to(torch.float64)
-    dS, dz = _split_final_cotangent(d_final_state, p)
-    leaves = {
-        "q": p.q,
-        "k": p.k,
-        "v": p.v,
-        "g": p.g,
-        "initial_state": p.initial_state,
-        "initial_key_sum": p.initial_key_sum,
-    }
-    leaves = {
-        k: v.detach().clone().requires_grad_(True) for k, v in leaves.items() if v is not None
-    }
-    p = replace(
-        p,
-        q=leaves["q"],
-        k=leaves["k"],
-        v=leaves["v"],
-        g=leaves.get("g"),
-        initial_state=leaves.get("initial_state"),
-        initial_key_sum=leaves.get("initial_key_sum"),
-        output_final_state=True,
-    )
+    _split_final_cotangent(d_final_state, p)  # validates the cotangent's layout
+    p, leaves = replace(p, output_final_state=True).with_grad_leaves()
     with torch.enable_grad():
         o, final = parallel_reference(p)
-        loss = (o * do.to(torch.float64)).sum()
-        S_T, z_T = final if isinstance(final, tuple) else (final, None)
-        if dS is not None and S_T is not None:
-            loss = loss + (S_T * dS).sum()
-        if dz is not None and z_T is not None:
-            loss = loss + (z_T * dz).sum()
+        loss = cotangent_loss(o, final, do, d_final_state)
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     return {
         name: (torch.zeros_like(leaf) if grad is None else grad)
@@ -788,7 +358,7 @@ def backward_bounds(
             if dz is not None
             else torch.zeros(H, K, dtype=torch.float64, device=do64.device),
         )
-        per_seq.append(_backward_sequence(piece, ct, p.normalize))
+        per_seq.append(backward_sequence(piece, ct, p.normalize))
 
     def rows(key: str, last: int | None) -> torch.Tensor:
         pieces_ = [d[key] if last is not None else d[key][..., None] for d in per_seq]
@@ -817,8 +387,10 @@ def backward_bounds(
             bad = bad.reshape(*bad.shape, *([1] * (M.ndim - bad.ndim))).expand_as(M)
             source = problem.initial_state if name == "initial_state" else problem.initial_key_sum
             dtype = source.dtype if source is not None else torch.float32
-        out_unit = input_out if dtype == problem.q.dtype else _Units.of(recipe, dtype).out
-        B = B + out_unit * ref.abs()
+        out_unit = input_out if dtype == problem.q.dtype else Units.of(recipe, dtype).out
+        out_units = Units.of(recipe, dtype)
+        tiny = out_units.out_abs + units.underflow * count * (p.q.shape[1] + 1) * (K + V)
+        B = B + out_unit * ref.abs() + tiny
         result[name] = TensorBound(
             name="d" + name,
             reference=ref,
@@ -830,3 +402,15 @@ def backward_bounds(
             verifiable=~bad,
         )
     return result
+
+
+__all__ = [
+    "GRADIENT_NAMES",
+    "ForwardBounds",
+    "Residual",
+    "TensorBound",
+    "backward_bounds",
+    "cotangent_loss",
+    "forward_bounds",
+    "reference_gradients",
+]

@@ -108,6 +108,9 @@ def prepare(
             raise ValueError(f"Expected g of shape {tuple(q.shape[:3])} but got {tuple(g.shape)}.")
         if not g.dtype.is_floating_point or g.device != q.device:
             raise ValueError(f"Expected g to be a floating tensor on {q.device}.")
+        # One device sync, paid for rejecting a positive "decay" that would make exp(G) grow.
+        if g.numel() and bool((g > 0).any()):
+            raise ValueError(f"Expected g <= 0 (a log decay) but got max(g)={float(g.max()):.6g}.")
         g = g.float().contiguous()
     if cu_seqlens is not None:
         cu_seqlens = _tensor("cu_seqlens", cu_seqlens, "[N+1]", 1)

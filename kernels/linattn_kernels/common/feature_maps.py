@@ -6,8 +6,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from linattn_kernels import _backend  # noqa: F401  (sets TRITON_INTERPRET before triton.jit)
-
 FEATURE_CODES = {"identity": 0, "elu1": 1, "relu": 2}
 """The constexpr ``FEATURE`` value each feature-map name compiles to."""
 

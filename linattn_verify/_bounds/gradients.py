@@ -1,0 +1,128 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Gradient bounds of one sequence: dq, dk, dv, dg, d initial state (and key sum)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from linattn_verify._bounds.forward import ForwardPieces
+
+
+@dataclass(frozen=True)
+class Cotangents:
+    """Cotangents of one sequence: do ``[H, L, V]``, dS_T ``[H, K, V]``, dz_T ``[H, K]``."""
+
+    do: torch.Tensor
+    dS: torch.Tensor
+    dz: torch.Tensor
+
+
+def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict[str, torch.Tensor]:
+    """Magnitudes, bounds and unverifiable masks of the gradients of one sequence."""
+    seq, u = f.seq, f.seq.units
+    s = seq.scale
+    qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
+    S0a, z0a = seq.S0.abs(), seq.z0.abs()
+    doa, dSa, dza = ct.do.abs(), ct.dS.abs(), ct.dz.abs()
+    nz = float(normalize)
+    good = ~f.bad[..., None]  # [H, L, 1]
+    zeta = torch.where(f.Z == 0, 1.0, 1.0 / f.Z.abs())  # [H, L, 1]
+    e_Z = torch.where(good & (f.Z != 0), f.B_Z * zeta, 0.0)  # relative error of the kernel's Z
+    do_o = (doa * f.o.abs()).sum(-1) * nz  # |do_t|·|o_t|, [H, L]
+    delta_err_raw = (doa * f.B_o).sum(-1) * nz  # error of δ_t from the kernel's ô, [H, L]
+    delta_err = delta_err_raw * zeta[..., 0]
+    R = (doa @ va.transpose(-1, -2) + do_o[..., None]) * zeta  # |dP_tj|, [H, L, L]
+    R0 = (doa @ S0a.transpose(-1, -2) + do_o[..., None] * z0a[:, None, :]) * zeta  # [H, L, K]
+    count = seq.K + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
+    Ub = u.acc * count + seq.eps_w + u.per_term + e_Z  # [H, L, L+1]
+    Ub0, Ub_tok = Ub[..., 0], Ub[..., 1:]
+    W_tok, w0 = seq.W[..., 1:], seq.W[..., 0]
+    wE0, wE = seq.W_end[:, 0], seq.W_end[:, 1:]  # [H], [H, L]
+    U_S = u.acc * (seq.acc_state + seq.V + 4) + seq.eps_w_end + u.per_term  # [H, L+1]
+    US0, US = U_S[:, 0], U_S[:, 1:]
+    absA = qa @ ka.transpose(-1, -2)
+    Ephi = seq.q_err @ ka.transpose(-1, -2) + qa @ seq.k_err.transpose(-1, -2)
+    WR = W_tok * R
+    WRerr = W_tok * (Ub_tok * R + delta_err[..., None])
+    out: dict[str, torch.Tensor] = {}
+    # dφ(q) and dφ(k).
+    M_dqf = s * (WR @ ka + w0[..., None] * R0)
+    B_dqf = s * (
+        WRerr @ ka
+        + WR @ seq.k_err
+        + (Ub0 * w0)[..., None] * R0
+        + (w0 * delta_err)[..., None] * z0a[:, None, :] * nz
+    )
+    final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # [H, L, K]
+    M_dkf = s * WR.transpose(-1, -2) @ qa + wE[..., None] * final_k
+    B_dkf = s * (WRerr.transpose(-1, -2) @ qa + WR.transpose(-1, -2) @ seq.q_err) + (
+        (wE * US)[..., None] * final_k
+    )
+    # dv.
+    Pz = s * W_tok * absA * zeta
+    final_v = ka @ dSa  # [H, L, V]
+    out["M_v"] = Pz.transpose(-1, -2) @ doa + wE[..., None] * final_v
+    out["B_v"] = (s * W_tok * (Ub_tok * absA + Ephi) * zeta).transpose(-1, -2) @ doa + (
+        (wE * US)[..., None] * final_v + wE[..., None] * (seq.k_err @ dSa)
+    )
+    # dS_0 and dz_0.
+    qz = s * qa * (w0 * zeta[..., 0])[..., None]  # [H, L, K]
+    qz_err = s * seq.q_err * (w0 * zeta[..., 0])[..., None]
+    out["M_S0"] = qz.transpose(-1, -2) @ doa + wE0[:, None, None] * dSa
+    out["B_S0"] = (qz * Ub0[..., None] + qz_err).transpose(-1, -2) @ doa + (
+        (US0 * wE0)[:, None, None] * dSa
+    )
+    out["M_z0"] = (qz * do_o[..., None]).sum(1) + wE0[:, None] * dza
+    out["B_z0"] = (
+        (qz * (Ub0 * do_o + delta_err_raw)[..., None]).sum(1)
+        + (qz_err * do_o[..., None]).sum(1)
+        + (US0 * wE0)[:, None] * dza
+    )
+    # dG_t = q̃_t·dq̃_t - k̃_t·dk̃_t (+ the final-state pairing at t = L); dg = reverse cumsum.
+    Q = s * W_tok * absA * R
+    Q_err = s * W_tok * (Ub_tok * absA * R + absA * delta_err[..., None] + Ephi * R)
+    Q0 = s * w0 * (qa * R0).sum(-1)
+    Q0_err = (
+        s
+        * w0
+        * (
+            (qa * R0).sum(-1) * Ub0
+            + (seq.q_err * R0).sum(-1)
+            + nz * (qa * z0a[:, None, :]).sum(-1) * delta_err
+        )
+    )
+    F = wE * ((final_v * va).sum(-1) + nz * (ka * dza[:, None, :]).sum(-1))  # [H, L]
+    F_err = wE * US * ((final_v * va).sum(-1) + nz * (ka * dza[:, None, :]).sum(-1)) + wE * (
+        ((seq.k_err @ dSa) * va).sum(-1) + nz * (seq.k_err * dza[:, None, :]).sum(-1)
+    )
+    F0 = wE0 * ((dSa * S0a).sum((-1, -2)) + nz * (dza * z0a).sum(-1))
+    M_dG = Q.sum(-1) + Q0 + Q.sum(-2) + F
+    B_dG = Q_err.sum(-1) + Q0_err + Q_err.sum(-2) + F_err + u.acc * (seq.K + 2) * M_dG
+    if seq.L:
+        M_dG[:, -1] += F.sum(-1) + F0
+        B_dG[:, -1] += F_err.sum(-1) + F0 * US0
+    out["M_g"] = reverse_cumsum(M_dG)
+    steps = torch.arange(seq.L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)
+    out["B_g"] = reverse_cumsum(B_dG) + u.acc * steps * out["M_g"]
+    # dq = dφ(q) ⊙ φ'(q): one more multiply, and the error of φ'.
+    for name, M_f, B_f, dphi, dphi_err in (
+        ("q", M_dqf, B_dqf, seq.q_dphi, seq.q_dphi_err),
+        ("k", M_dkf, B_dkf, seq.k_dphi, seq.k_dphi_err),
+    ):
+        out["M_" + name] = M_f * dphi.abs()
+        out["B_" + name] = B_f * dphi.abs() + M_f * dphi_err + u.arith * out["M_" + name]
+    # Unverifiable: anything that depends on a row whose denominator is not certified.
+    bad = f.bad
+    bad_key = ((W_tok > 0) & bad[..., None]).any(-2)  # [H, L]: some later row t >= j is bad
+    bad_G = bad | bad_key
+    bad_g = torch.flip(torch.cummax(torch.flip(bad_G.to(torch.int8), [-1]), -1).values, [-1]) > 0
+    out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
+    out["bad_S0"] = (bad & (w0 > 0)).any(-1)  # [H]
+    out["count"] = (count.max() if count.numel() else torch.zeros((), dtype=Ub.dtype)).expand(1)
+    return out
+
+
+def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
+    return torch.flip(torch.cumsum(torch.flip(x, [-1]), -1), [-1])

@@ -1,0 +1,221 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Unit roundoffs of a recipe, and the T x (T+1) term structure of one sequence.
+
+The derivation of every count and error term is in `linattn_verify.tolerance`'s docstring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from linattn_verify.feature_maps import apply_feature_map, feature_map_derivative
+from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe, dtype_name
+from linattn_verify.semantics import Problem
+
+SMALLEST_NORMAL_FP32 = 2.0**-126
+"""A feature exp(x) below this may be flushed to zero: an absolute error of at most this."""
+
+HALF_SMALLEST_SUBNORMAL = {
+    "float64": 2.0**-1075,
+    "float32": 2.0**-150,
+    "float16": 2.0**-25,
+    "bfloat16": 2.0**-134,
+}
+"""Largest absolute error of rounding a tiny value to each format (gradual underflow)."""
+
+
+@dataclass(frozen=True)
+class Units:
+    """The unit roundoffs a recipe implies for one input dtype."""
+
+    acc: float  # accumulation
+    arith: float  # elementwise arithmetic (exp, φ, multiplies)
+    per_term: float  # casts to the intermediate dtype and tf32 operands, per term
+    out: float  # rounding of the output to the input dtype (0 when it is the fp32 result)
+    div: float
+    underflow: float  # absolute error of one operation whose result underflows (FTZ-safe)
+    out_abs: float  # absolute error of rounding a result below the output dtype's normal range
+    cast_abs: float  # the same for one cast to the intermediate dtype, times casts on a path
+
+    @staticmethod
+    def of(recipe: PrecisionRecipe, dtype: torch.dtype) -> Units:
+        name = dtype_name(dtype)
+        out = 0.0 if name in ("float32", "float64") else UNIT_ROUNDOFF[name]
+        float64 = recipe.accumulation == "float64"
+        low = recipe.intermediate_dtype
+        low_name = name if low == "input" else low
+        return Units(
+            acc=recipe.u_acc,
+            arith=recipe.u_arith,
+            per_term=recipe.casts_on_path * recipe.u_low(dtype)
+            + recipe.dots_on_path * 2 * recipe.u_op,
+            out=out,
+            div=recipe.u_div,
+            # With flush-to-zero an underflowing result can lose all of the smallest normal.
+            underflow=2.0**-1022 if float64 else SMALLEST_NORMAL_FP32,
+            out_abs=HALF_SMALLEST_SUBNORMAL[name],
+            cast_abs=0.0
+            if low_name is None
+            else recipe.casts_on_path * HALF_SMALLEST_SUBNORMAL[low_name],
+        )
+
+
+def exp_error(x: torch.Tensor, u: float) -> torch.Tensor:
+    """ε_exp(x) = (4 + 2.4|x|) u: relative error of ``tl.exp`` (ex2.approx) on fp32."""
+    return (4 + 2.4 * x.abs()) * u
+
+
+class SequenceTerms:
+    """The T x (T+1) term structure of one sequence (all heads), in float64.
+
+    Column 0 of every [H, T, T+1] matrix is the virtual key j = 0 that stands for the initial
+    state; columns 1..T are the tokens.
+    """
+
+    def __init__(
+        self,
+        problem: Problem,
+        recipe: PrecisionRecipe,
+        units: Units,
+        n: int,
+        b: int,
+        start: int,
+        end: int,
+    ) -> None:
+        p = problem
+        self.units = units
+        self.recipe = recipe
+        self.scale = abs(p.scale)
+        q = p.q[b, start:end].transpose(0, 1)  # [H, L, K]
+        k = p.k[b, start:end].transpose(0, 1)
+        self.v = p.v[b, start:end].transpose(0, 1)  # [H, L, V]
+        H, L, K = q.shape
+        V = self.v.shape[-1]
+        self.H, self.L, self.K, self.V = H, L, K, V
+        dev, f64 = q.device, torch.float64
+        self.q_feat = apply_feature_map(q, p.feature_map)
+        self.k_feat = apply_feature_map(k, p.feature_map)
+        self.q_err = self._feature_error(q, p.feature_map)
+        self.k_err = self._feature_error(k, p.feature_map)
+        self.q_dphi = feature_map_derivative(q, p.feature_map)
+        self.q_dphi_err = self._derivative_error(q, p.feature_map)
+        self.k_dphi = feature_map_derivative(k, p.feature_map)
+        self.k_dphi_err = self._derivative_error(k, p.feature_map)
+        self.S0 = (
+            p.initial_state[n]
+            if p.initial_state is not None
+            else torch.zeros(H, K, V, dtype=f64, device=dev)
+        )
+        self.z0 = (
+            p.initial_key_sum[n]
+            if p.initial_key_sum is not None
+            else torch.zeros(H, K, dtype=f64, device=dev)
+        )
+        t = torch.arange(1, L + 1, device=dev)  # token positions 1..L
+        j = torch.arange(0, L + 1, device=dev)  # key positions, 0 = initial state
+        causal = j[None, :] <= t[:, None]  # [L, L+1]
+        decay = p.g is not None
+        if decay:
+            assert p.g is not None
+            g = p.g[b, start:end].transpose(0, 1)  # [H, L]
+            G = torch.cat([torch.zeros(H, 1, dtype=f64, device=dev), torch.cumsum(g, -1)], -1)
+        else:
+            G = torch.zeros(H, L + 1, dtype=f64, device=dev)
+        self.G = G  # [H, L+1], G[:, 0] = 0
+        D = (G[:, 1:, None] - G[:, None, :]).masked_fill(~causal, float("-inf"))  # [H, L, L+1]
+        self.W = torch.exp(D)  # zero above the diagonal
+        self.causal = causal
+        self.W_end = torch.exp(G[:, -1:] - G)  # [H, L+1]: weight of key j in the final state
+        dec = int(decay)
+        C = recipe.chunk_size
+        tt, jj = t[:, None].to(f64), j[None, :].to(f64)
+
+        def chunk_of(x: torch.Tensor) -> torch.Tensor:
+            """Chunk index of positions 1..L; the initial state (0) sits in chunk -1."""
+            return torch.where(x > 0, torch.div(x - 1, C, rounding_mode="floor"), -1.0)
+
+        crossings = chunk_of(tt) - chunk_of(jj)
+        self.acc_fwd = self._forms(
+            parallel=tt + 1 + dec,
+            chunk=C + (1 + dec) * crossings + 1 + 2 * dec,
+            recurrent=2 + (1 + dec) * (tt - jj),
+        )  # [L, L+1], roundings of accumulation along a row (over j)
+        self.acc_rev = self._forms(
+            parallel=(L - jj + 1) + dec + 0 * tt,
+            chunk=C + (1 + dec) * crossings + 1 + 2 * dec,
+            recurrent=2 + (1 + dec) * (tt - jj),
+        )  # [L, L+1], roundings of accumulation along a column (over t)
+        Lf = float(L)
+        end_crossings = chunk_of(torch.tensor(Lf, dtype=f64, device=dev)) - chunk_of(j.to(f64))
+        self.acc_state = self._forms(
+            parallel=Lf + 2 + dec + 0 * j.to(f64),
+            chunk=C + (1 + dec) * end_crossings + 2 + 2 * dec,
+            recurrent=2 + (1 + dec) * (Lf - j.to(f64)),
+        )  # [L+1], roundings of a final-state term φ(k_j) v_j w_Tj
+        if decay:
+            self.eps_w = self._weight_error(G, D, t, j)  # [H, L, L+1]
+            self.eps_w_end = (
+                self._weight_error(
+                    G, (G[:, -1:] - G)[:, None, :], torch.tensor([L], device=dev), j
+                )[:, 0]
+                if L
+                else torch.zeros(H, 1, dtype=f64, device=dev)
+            )  # [H, L+1]
+        else:
+            self.eps_w = torch.zeros(1, L, L + 1, dtype=f64, device=dev)
+            self.eps_w_end = torch.zeros(1, L + 1, dtype=f64, device=dev)
+
+    def _forms(
+        self, *, parallel: torch.Tensor, chunk: torch.Tensor, recurrent: torch.Tensor
+    ) -> torch.Tensor:
+        form = self.recipe.form
+        if form == "parallel":
+            return parallel
+        if form == "chunk":
+            return chunk
+        if form == "recurrent":
+            return recurrent
+        return parallel + chunk + recurrent
+
+    def _feature_error(self, x: torch.Tensor, feature_map: str) -> torch.Tensor:
+        """Δφ(x): absolute error of the kernel's φ(x)."""
+        u = self.units.arith
+        if feature_map == "elu1":
+            if self.recipe.naive_elu1:
+                return torch.full_like(x, 2 * u) + self.units.underflow
+            pos = u * (x + 1).abs()
+            neg = exp_error(x, u) * torch.exp(torch.clamp(x, max=0)) + self.units.underflow
+            return torch.where(x > 0, pos, neg)
+        return torch.zeros_like(x)
+
+    def _derivative_error(self, x: torch.Tensor, feature_map: str) -> torch.Tensor:
+        """Absolute error of the kernel's φ'(x) (only elu1's exp branch rounds)."""
+        if feature_map == "elu1":
+            neg = exp_error(x, self.units.arith) * torch.exp(torch.clamp(x, max=0))
+            return torch.where(x > 0, torch.zeros_like(x), neg + self.units.underflow)
+        return torch.zeros_like(x)
+
+    def _weight_error(
+        self, G: torch.Tensor, D: torch.Tensor, t: torch.Tensor, j: torch.Tensor
+    ) -> torch.Tensor:
+        """ε_w(t, j): relative error of the kernel's decay weight exp(G_t - G_j)."""
+        u = self.units.arith
+        absD = torch.nan_to_num(D.abs(), posinf=0.0)  # masked entries: their weight is 0 anyway
+        scan = self.recipe.decay_scan
+        if scan == "per_step":
+            return 4 * u * (t[:, None] - j[None, :]).clamp(min=0).to(G.dtype) + 2.4 * u * absD
+        block = self.recipe.chunk_size if scan == "chunk_local" else max(self.L, 1)
+        pos = torch.arange(0, self.L + 1, device=G.device)
+        blk = torch.where(pos > 0, torch.div(pos - 1, block, rounding_mode="floor"), -1)
+        start = torch.clamp(blk * block, min=0)  # position whose G the block's cumsum starts from
+        G_local = (G - G[:, start]).abs()  # [H, L+1]
+        end = torch.clamp((blk + 1) * block, max=self.L)
+        G_block_total = torch.where(blk >= 0, (G[:, end] - G[:, start]).abs(), 0.0)
+        bt, bj = blk[t][:, None], blk[j][None, :]
+        same = bt == bj
+        pieces = torch.where(same, 1, bt - bj + 1).clamp(min=1).to(G.dtype)
+        Gt, Gj = G_local[:, t][:, :, None], G_local[:, j][:, None, :]
+        local = Gt + Gj + torch.where(same, 0.0, G_block_total[:, j][:, None, :] + absD)
+        return pieces * 5 * u + 3.4 * u * absD + block * u * local

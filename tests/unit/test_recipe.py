@@ -1,0 +1,50 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Precision recipes: validation and the unit roundoffs they imply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.recipe import PrecisionRecipe
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"form": "quadratic"}, "form"),
+        ({"accumulation": "fp16"}, "accumulation"),
+        ({"dot_precision": "tf16"}, "dot_precision"),
+        ({"decay_scan": "tree"}, "decay_scan"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"casts_on_path": -1}, "casts_on_path"),
+        ({"casts_on_path": 1}, "intermediate_dtype"),
+        ({"intermediate_dtype": "int8"}, "intermediate_dtype"),
+    ],
+)
+def test_bad_recipe_names_the_field(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        PrecisionRecipe(**kwargs)
+    assert needle in str(info.value)
+
+
+def test_units() -> None:
+    assert PrecisionRecipe().u_acc == 2.0**-24
+    assert PrecisionRecipe(accumulation="mma").u_acc == 2.0**-23
+    assert PrecisionRecipe(dot_precision="tf32").u_op == 2.0**-10
+    assert PrecisionRecipe(division="rn").u_div == 2.0**-24
+    cast = PrecisionRecipe(intermediate_dtype="input", casts_on_path=1)
+    assert cast.u_low(torch.bfloat16) == 2.0**-8
+    assert cast.u_low(torch.float16) == 2.0**-11
+    # eps is rounded to the dtype it is added in: fl32(1e-6) != 1e-6.
+    assert PrecisionRecipe().effective_eps(1e-6) == float(torch.tensor(1e-6).item())
+    assert PrecisionRecipe(eps_dtype="float64").effective_eps(1e-6) == 1e-6
+
+
+def test_from_dict_rejects_unknown_keys() -> None:
+    assert PrecisionRecipe.from_dict({"form": "chunk"}).form == "chunk"
+    with pytest.raises(InvalidArgument, match="unknown"):
+        PrecisionRecipe.from_dict({"form": "chunk", "tile": 64})
