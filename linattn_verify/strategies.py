@@ -19,6 +19,7 @@ import torch
 from hypothesis import strategies as st
 
 from linattn_verify.errors import InvalidArgument
+from linattn_verify.kernel import Kernel
 from linattn_verify.semantics import Problem, validate_problem
 from linattn_verify.typing import FeatureMap
 
@@ -103,6 +104,46 @@ class ProblemSpec:
     def describe(self) -> str:
         """One line: the spec's fields."""
         return repr(self)
+
+
+def kernel_specs(
+    kernel: Kernel,
+    *,
+    min_seq_len: int = 1,
+    max_seq_len: int = 48,
+    max_head_dim: int = 12,
+    values: tuple[str, ...] = VALUE_FAMILIES,
+    decays: tuple[str, ...] = DECAY_FAMILIES,
+) -> st.SearchStrategy[ProblemSpec]:
+    """Generate `ProblemSpec` for cases ``kernel`` declares it supports (and only those).
+
+    Args:
+        kernel: The kernel under test; its `Capabilities` filter every draw.
+        min_seq_len: Shortest T. Default: `1`.
+        max_seq_len: Longest T. Default: `48`.
+        max_head_dim: Largest K and V (capped by the kernel's limit). Default: `12`.
+        values: Value families to draw from. Default: every family.
+        decays: Decay families to draw from (only ``"none"`` without decay support). Default: all.
+    """
+    cap = kernel.capabilities
+    dtypes = tuple(d for d in cap.dtypes if d in DTYPES)
+    if not dtypes:
+        raise InvalidArgument(f"Kernel {kernel.name} takes none of the dtypes {tuple(DTYPES)}.")
+    return problem_specs(
+        min_seq_len=min_seq_len,
+        max_seq_len=max_seq_len,
+        min_head_dim=cap.min_head_dim,
+        max_head_dim=max(cap.min_head_dim, min(max_head_dim, cap.max_head_dim)),
+        dtypes=dtypes,
+        feature_maps=cap.feature_maps,
+        values=values,
+        decays=decays if cap.decay else ("none",),
+        normalize=cap.normalize,
+        varlen=cap.varlen,
+        eps_values=(0.0, 1e-6, 1e-2) if cap.configurable else (cap.eps,),
+        initial_state=(False, True) if cap.initial_state else (False,),
+        final_state=(False, True) if cap.final_state else (False,),
+    )
 
 
 def random_cotangents(problem: Problem, seed: int) -> tuple[torch.Tensor, Any]:
@@ -197,6 +238,10 @@ def problem_specs(
     decays: tuple[str, ...] = DECAY_FAMILIES,
     normalize: tuple[bool, ...] = (False, True),
     varlen: bool = True,
+    eps_values: tuple[float, ...] = (0.0, 1e-6, 1e-2),
+    initial_state: tuple[bool, ...] = (False, True),
+    final_state: tuple[bool, ...] = (False, True),
+    min_head_dim: int = 1,
 ) -> ProblemSpec:
     """Generate `ProblemSpec`: any shape, dtype, option and value family within the limits.
 
@@ -205,7 +250,7 @@ def problem_specs(
     (fp16 outputs would overflow: a range failure, not a rounding one).
     """
     _check_range("seq_len", min_seq_len, max_seq_len)
-    _check_range("head_dim", 1, max_head_dim)
+    _check_range("head_dim", min_head_dim, max_head_dim)
     T = draw(st.integers(min_seq_len, max_seq_len), label="T")
     fmap = draw(st.sampled_from(feature_maps), label="feature_map")
     dtype = draw(st.sampled_from(dtypes), label="dtype")
@@ -217,17 +262,17 @@ def problem_specs(
         B=1 if use_varlen else draw(st.integers(1, 2), label="B"),
         T=T,
         H=draw(st.integers(1, 2), label="H"),
-        K=draw(st.integers(1, max_head_dim), label="K"),
-        V=draw(st.integers(1, max_head_dim), label="V"),
+        K=draw(st.integers(min_head_dim, max_head_dim), label="K"),
+        V=draw(st.integers(min_head_dim, max_head_dim), label="V"),
         dtype=dtype,
         feature_map=fmap,
         normalize=is_normalized,
-        eps=draw(st.sampled_from([0.0, 1e-6, 1e-2]), label="eps") if is_normalized else 0.0,
+        eps=draw(st.sampled_from(eps_values), label="eps") if is_normalized else 0.0,
         scale=draw(st.sampled_from([None, 0.3, 2.0]), label="scale"),
         values=draw(st.sampled_from(families), label="values"),
         decay=draw(st.sampled_from(decays), label="decay"),
-        initial_state=draw(st.booleans(), label="initial_state"),
-        output_final_state=draw(st.booleans(), label="output_final_state"),
+        initial_state=draw(st.sampled_from(initial_state), label="initial_state"),
+        output_final_state=draw(st.sampled_from(final_state), label="output_final_state"),
         segments=draw(_segments(T), label="segments") if use_varlen else None,
         seed=draw(st.integers(0, 2**31 - 1), label="seed"),
     )
@@ -237,6 +282,7 @@ __all__ = [
     "DECAY_FAMILIES",
     "VALUE_FAMILIES",
     "ProblemSpec",
+    "kernel_specs",
     "problem_specs",
     "random_cotangents",
 ]

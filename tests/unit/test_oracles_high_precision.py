@@ -161,7 +161,7 @@ def mp_to_tensor(x: np.ndarray) -> torch.Tensor:
 # Error-free transformations and dd primitives.
 
 
-@settings(max_examples=10, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.tuples(finite, finite), min_size=1, max_size=50))
 def test_two_sum_and_fast_two_sum_are_error_free(pairs: list[tuple[float, float]]) -> None:
     a = np.array([x for x, _ in pairs])
@@ -176,7 +176,7 @@ def test_two_sum_and_fast_two_sum_are_error_free(pairs: list[tuple[float, float]
         assert Fraction(fs[i]) + Fraction(fe[i]) == exact
 
 
-@settings(max_examples=10, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.tuples(finite, finite), min_size=1, max_size=50))
 def test_two_prod_is_error_free(pairs: list[tuple[float, float]]) -> None:
     a = np.array([x for x, _ in pairs])
@@ -316,7 +316,7 @@ def test_dd_oracle_matches_mpmath_within_2_pow_minus_90_of_magnitude(name: str) 
             )
 
 
-@settings(max_examples=10, deadline=None)
+@settings(deadline=None)
 @given(
     seed=st.integers(0, 2**16),
     T=st.integers(1, 20),

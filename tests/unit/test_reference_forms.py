@@ -28,7 +28,8 @@ FORMS = ("parallel", "chunk", "recurrent")
 # a cliff of -60..-30 whose |G| passes 709 (where float64 exp overflows) inside a chunk of 24.
 DECAYS = ("none", "zero", "mild", "steep", "steady", "cliff")
 
-local_settings = settings(max_examples=20, deadline=None)
+# The number of examples comes from the Hypothesis profile (dev, ci, nightly).
+local_settings = settings(deadline=None)
 
 
 def run_form(form: str, problem: Problem, chunk_size: int) -> tuple[torch.Tensor, State]:

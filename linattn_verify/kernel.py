@@ -1,0 +1,181 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""A kernel under test: a callable in the calling convention plus what it declares about itself.
+
+The calling convention (DESIGN.md §4, flash-linear-attention's):
+
+    o, final_state = fn(q, k, v, g=None, *, scale=None, initial_state=None,
+                        output_final_state=False, cu_seqlens=None)
+
+What the signature cannot say a kernel declares in `Capabilities`: whether its output is
+normalized (and with which eps), which feature map it applies internally, decay, backward,
+varlen, dtypes, head-dim limit, determinism, and its precision recipe. Our own kernels also take
+``normalize=``, ``eps=`` and ``feature_map=`` keywords (``configurable=True``), so one registered
+kernel covers every semantic variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, get_args
+
+import torch
+
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.semantics import Problem
+from linattn_verify.typing import FeatureMap, Form
+
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a kernel supports, as far as its signature cannot tell.
+
+    Attributes:
+        normalize: The output semantics it can produce: ``(False,)``, ``(True,)`` or both
+            (both only when ``configurable``). Default: `(False,)`.
+        eps: The eps of its normalizer (used when normalized). Default: `0.0`.
+        feature_maps: Feature maps it applies internally; ``("identity",)`` means none (the
+            harness feeds features directly). Default: `("identity",)`.
+        configurable: Accepts ``normalize=``, ``eps=``, ``feature_map=`` keywords. Default: `False`.
+        decay: Accepts a data-dependent log decay ``g``. Default: `False`.
+        backward: Differentiable in q, k, v (and g, initial state). Default: `True`.
+        varlen: Accepts ``cu_seqlens``. Default: `False`.
+        initial_state: Accepts ``initial_state``. Default: `True`.
+        final_state: Can return the final state. Default: `True`.
+        dtypes: Input dtypes it takes. Default: `("float32", "float16", "bfloat16")`.
+        max_head_dim: Largest K and V. Default: `256`.
+        min_head_dim: Smallest K and V. Default: `1`.
+        deterministic: Promises bit-identical reruns. Default: `True`.
+        chunk_sizes: Chunk sizes it accepts through ``chunk_size=`` (empty: none). Default: `()`.
+    """
+
+    normalize: tuple[bool, ...] = (False,)
+    eps: float = 0.0
+    feature_maps: tuple[FeatureMap, ...] = ("identity",)
+    configurable: bool = False
+    decay: bool = False
+    backward: bool = True
+    varlen: bool = False
+    initial_state: bool = True
+    final_state: bool = True
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    max_head_dim: int = 256
+    min_head_dim: int = 1
+    deterministic: bool = True
+    chunk_sizes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.normalize or any(not isinstance(n, bool) for n in self.normalize):
+            raise InvalidArgument(
+                f"Expected normalize to be a non-empty tuple of bools but got {self.normalize!r}."
+            )
+        bad_maps = [m for m in self.feature_maps if m not in get_args(FeatureMap)]
+        if not self.feature_maps or bad_maps:
+            raise InvalidArgument(
+                f"Got feature_maps={self.feature_maps!r}; each must be one of "
+                f"{get_args(FeatureMap)}."
+            )
+        bad_dtypes = [d for d in self.dtypes if d not in DTYPE_NAMES]
+        if not self.dtypes or bad_dtypes:
+            raise InvalidArgument(f"Got dtypes={self.dtypes!r}; each must be one of {DTYPE_NAMES}.")
+        if not self.configurable and (len(self.normalize) > 1 or len(self.feature_maps) > 1):
+            raise InvalidArgument(
+                "A kernel that takes no normalize=/feature_map= keywords has one fixed semantics: "
+                f"got normalize={self.normalize!r}, feature_maps={self.feature_maps!r}."
+            )
+        if not (1 <= self.min_head_dim <= self.max_head_dim):
+            raise InvalidArgument(
+                f"Expected 1 <= min_head_dim <= max_head_dim but got {self.min_head_dim}, "
+                f"{self.max_head_dim}."
+            )
+        if self.eps < 0:
+            raise InvalidArgument(f"Got eps={self.eps!r}, but eps must be >= 0.")
+
+
+Recipe = PrecisionRecipe | Callable[[torch.dtype], PrecisionRecipe]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel under test.
+
+    Attributes:
+        name: Unique name, ``"<library>/<kernel>"`` (e.g. ``"triton/chunk"``).
+        fn: The callable, in the calling convention above.
+        capabilities: What it supports.
+        recipe: Its precision recipe, fixed or as a function of the input dtype.
+        form: The algorithm, if known (selects rounding counts). Default: `None`.
+        options: Extra keywords passed on every call (e.g. ``{"chunk_size": 32}``).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    capabilities: Capabilities
+    recipe: Recipe
+    form: Form | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def precision_recipe(self, dtype: torch.dtype) -> PrecisionRecipe:
+        """Return the recipe for inputs of ``dtype``."""
+        return self.recipe if isinstance(self.recipe, PrecisionRecipe) else self.recipe(dtype)
+
+    def with_options(self, name: str, **options: Any) -> Kernel:
+        """Return this kernel with extra call keywords, under a new name."""
+        return replace(self, name=name, options={**self.options, **options})
+
+    def supports(self, problem: Problem) -> str | None:
+        """Return why ``problem`` is outside this kernel's capabilities, or `None`."""
+        cap = self.capabilities
+        _, _, _, K, V = problem.shape
+        dtype = str(problem.q.dtype).replace("torch.", "")
+        checks = [
+            (dtype in cap.dtypes, f"dtype {dtype} not in {cap.dtypes}"),
+            (problem.normalize in cap.normalize, f"normalize={problem.normalize} unsupported"),
+            (
+                problem.feature_map in cap.feature_maps,
+                f"feature_map={problem.feature_map} not applied by the kernel",
+            ),
+            (
+                not problem.normalize or cap.configurable or problem.eps == cap.eps,
+                f"eps={problem.eps} differs from the kernel's eps={cap.eps}",
+            ),
+            (problem.g is None or cap.decay, "no decay support"),
+            (problem.cu_seqlens is None or cap.varlen, "no varlen support"),
+            (problem.initial_state is None or cap.initial_state, "no initial-state support"),
+            (not problem.output_final_state or cap.final_state, "no final-state output"),
+            (
+                cap.min_head_dim <= min(K, V) and max(K, V) <= cap.max_head_dim,
+                f"head dims K={K}, V={V} outside [{cap.min_head_dim}, {cap.max_head_dim}]",
+            ),
+        ]
+        for ok, reason in checks:
+            if not ok:
+                return f"{self.name}: {reason}"
+        return None
+
+    def call(self, problem: Problem, *, output_final_state: bool | None = None) -> tuple[Any, Any]:
+        """Call the kernel on ``problem``'s tensors (as they are: no copies, no casts)."""
+        cap = self.capabilities
+        p = problem
+        kwargs: dict[str, Any] = {"scale": p.scale, **self.options}
+        if p.initial_state is not None:
+            kwargs["initial_state"] = (
+                (p.initial_state, p.initial_key_sum) if p.normalize else p.initial_state
+            )
+        kwargs["output_final_state"] = (
+            p.output_final_state if output_final_state is None else output_final_state
+        )
+        if p.cu_seqlens is not None:
+            kwargs["cu_seqlens"] = p.cu_seqlens.to(p.q.device)
+        if cap.configurable:
+            kwargs.update(normalize=p.normalize, eps=p.eps, feature_map=p.feature_map)
+        args: tuple[Any, ...] = (p.q, p.k, p.v)
+        if p.g is not None:
+            args = (*args, p.g)
+        return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
+
+
+__all__ = ["Capabilities", "Kernel"]

@@ -1,0 +1,144 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Kernel registration: built-in kernels, `register()`, and the entry-point group.
+
+An installed package offers kernels to linattn-verify (the CLI and the pytest plugin) through
+the entry-point group ``linattn_verify.kernels``: each entry point names a callable that takes no
+arguments and returns a `Kernel` or an iterable of them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from importlib import metadata
+from typing import cast
+
+import torch
+
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.kernel import Capabilities, Kernel
+from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.typing import Form
+
+FULL = Capabilities(
+    normalize=(False, True),
+    feature_maps=("identity", "elu1", "relu"),
+    configurable=True,
+    decay=True,
+    varlen=True,
+)
+"""Everything the function allows: what our Triton kernels and torch references support."""
+
+ENTRY_POINT_GROUP = "linattn_verify.kernels"
+
+_REGISTERED: dict[str, Kernel] = {}
+_LOADED = False
+
+
+def register(kernel: Kernel, *, replace: bool = False) -> Kernel:
+    """Add ``kernel`` to the registry (names must be unique unless ``replace``) and return it."""
+    if not isinstance(kernel, Kernel):
+        raise InvalidArgument(f"Expected a linattn_verify.Kernel but got {type(kernel).__name__}.")
+    if kernel.name in _REGISTERED and not replace:
+        raise InvalidArgument(f"Got kernel name {kernel.name!r}, but it is already registered.")
+    _REGISTERED[kernel.name] = kernel
+    return kernel
+
+
+def triton_kernels() -> list[Kernel]:
+    """Return our Triton kernels: the three forms, every semantic variant configurable."""
+    from linattn_kernels.linear_attn import FORMS, precision_recipes
+
+    kernels = []
+    for form, fn in FORMS.items():
+        cap = replace(FULL, chunk_sizes=(16, 32, 64, 128)) if form == "chunk" else FULL
+        kernels.append(
+            Kernel(
+                name=f"triton/{form}",
+                fn=fn,
+                capabilities=cap,
+                form=cast(Form, form),
+                recipe=_declared_recipe(precision_recipes[form]),
+            )
+        )
+    return kernels
+
+
+def _declared_recipe(
+    declare: Callable[..., dict[str, object]],
+) -> Callable[[torch.dtype], PrecisionRecipe]:
+    """Turn a kernel module's ``precision_recipe(dtype) -> dict`` into recipes."""
+
+    def recipe(dtype: torch.dtype) -> PrecisionRecipe:
+        return PrecisionRecipe.from_dict(declare(dtype))
+
+    return recipe
+
+
+def reference_kernels() -> list[Kernel]:
+    """Return the float32 torch reference forms (correct kernels with known recipes)."""
+    from linattn_verify.reference_kernels import RECIPES, float32_reference
+
+    forms: tuple[Form, ...] = ("parallel", "chunk", "recurrent")
+    return [
+        Kernel(
+            name=f"torch/{form}",
+            fn=float32_reference(form),
+            capabilities=FULL,
+            recipe=RECIPES[form],
+            form=form,
+        )
+        for form in forms
+    ]
+
+
+def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    for kernel in [*triton_kernels(), *reference_kernels()]:
+        _REGISTERED.setdefault(kernel.name, kernel)
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        offered = entry.load()()
+        for kernel in [offered] if isinstance(offered, Kernel) else list(offered):
+            register(kernel)
+
+
+def registered_kernels() -> dict[str, Kernel]:
+    """Return every registered kernel by name (built-ins, entry points, `register()` calls)."""
+    _load()
+    return dict(_REGISTERED)
+
+
+def get_kernel(name: str) -> Kernel:
+    """Return the registered kernel called ``name``."""
+    kernels = registered_kernels()
+    if name not in kernels:
+        raise InvalidArgument(
+            f"Got kernel {name!r}, but the registered kernels are {sorted(kernels)}."
+        )
+    return kernels[name]
+
+
+def kernels_matching(names: Iterable[str]) -> list[Kernel]:
+    """Return the registered kernels whose names match any of the glob patterns ``names``."""
+    kernels = registered_kernels()
+    chosen = [k for n, k in kernels.items() if any(fnmatch.fnmatch(n, p) for p in names)]
+    if not chosen:
+        raise InvalidArgument(
+            f"No registered kernel matches {list(names)}; registered: {sorted(kernels)}."
+        )
+    return chosen
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "get_kernel",
+    "kernels_matching",
+    "reference_kernels",
+    "register",
+    "registered_kernels",
+    "triton_kernels",
+]
