@@ -178,14 +178,23 @@ def _run_group(
 def _summarize(
     records: list[dict[str, Any]], env: dict[str, str], args: argparse.Namespace
 ) -> dict[str, Any]:
+    import statistics
+
     groups: dict[str, dict[str, Any]] = {}
     for r in records:
         key = f"{r['form']}/{r.get('dtype', '?')}"
-        g = groups.setdefault(key, {"cases": 0, "passed": 0, "worst_r": 0.0, "worst_tensor": ""})
+        g = groups.setdefault(
+            key, {"cases": 0, "passed": 0, "worst_r": 0.0, "worst_tensor": "", "rho": []}
+        )
         g["cases"] += 1
         g["passed"] += int(r["ok"])
         if r.get("worst_r", 0.0) >= g["worst_r"]:
             g["worst_r"], g["worst_tensor"] = r.get("worst_r", 0.0), r.get("worst_tensor", "")
+        g["rho"] += [t["max_rho"] for t in r.get("tensors", {}).values()]
+    for g in groups.values():
+        rho = g.pop("rho")
+        g["max_rho"] = max(rho, default=0.0)
+        g["median_rho"] = statistics.median(rho) if rho else 0.0
     return {
         "environment": env,
         "arguments": {
@@ -204,11 +213,14 @@ def _summarize(
 
 
 def _table(summary: dict[str, Any]) -> str:
-    rows = [f"\n{'kernel':22s} {'cases':>5s} {'passed':>6s} {'worst r':>8s}  tensor"]
+    rows = [
+        f"\n{'kernel':26s} {'cases':>5s} {'passed':>6s} {'worst r':>8s} {'max rho':>9s} "
+        f"{'med rho':>8s}  worst tensor"
+    ]
     for key, g in summary["groups"].items():
         rows.append(
-            f"{'triton/' + key:22s} {g['cases']:5d} {g['passed']:6d} "
-            f"{g['worst_r']:8.3g}  {g['worst_tensor']}"
+            f"{'triton/' + key:26s} {g['cases']:5d} {g['passed']:6d} {g['worst_r']:8.3g} "
+            f"{g['max_rho']:9.3g} {g['median_rho']:8.3g}  {g['worst_tensor']}"
         )
     rows.append(f"{summary['passed']} passed, {summary['cases'] - summary['passed']} failed")
     return "\n".join(rows)

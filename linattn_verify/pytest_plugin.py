@@ -1,8 +1,20 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""The pytest plugin (entry point ``pytest11``): Hypothesis profiles, markers and a header.
+"""The pytest plugin (entry point ``pytest11``): options, fixtures, markers, Hypothesis profiles.
 
 Loaded by every pytest run in an environment where linattn-verify is installed, so it imports
-neither torch nor triton at module level (Hypothesis's own plugin keeps light for the same reason).
+neither torch nor triton at module level (Hypothesis's own plugin keeps light for the same reason):
+the kernel registry is imported only when a test asks for ``linattn_kernel``, and torch only when
+a collected test carries the ``gpu`` marker.
+
+Options (group ``linattn-verify``):
+
+* ``--linattn-kernels PATTERNS``: comma-separated globs over registered kernel names; the
+  ``linattn_kernel`` fixture is parametrized over the kernels they match (ids: kernel names).
+* ``--linattn-failures DIR``: where `linattn_verify.failures.check` saves failing cases
+  (relative paths are taken from the invocation directory; the default from the rootdir).
+
+Fixtures: ``linattn_kernel`` (a registered `Kernel`), ``linattn_failures_dir`` (a `Path`).
+Markers: ``gpu`` (skipped, reason ``no CUDA device``, without CUDA), ``interpret``, ``slow``.
 
 Hypothesis profiles (select with Hypothesis's own ``--hypothesis-profile NAME``):
 
@@ -16,11 +28,17 @@ interpreter, is slow), which would trip any deadline.
 
 from __future__ import annotations
 
+import argparse
 import os
 from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, Verbosity, settings
+
+if TYPE_CHECKING:
+    from linattn_verify.kernel import Kernel
 
 _COMMON = {"deadline": None, "print_blob": True}
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -61,14 +79,140 @@ def register_profiles() -> None:
 register_profiles()
 
 
+DEFAULT_KERNELS = ("*",)
+DEFAULT_FAILURES = ".linattn-failures"
+_FAILURES_DIR = pytest.StashKey[Path]()
+_PREVIOUS_DIR = pytest.StashKey["Path | None"]()
+
+
+def _kernel_patterns(text: str) -> tuple[str, ...]:
+    """Parse ``--linattn-kernels``: a comma-separated list of glob patterns."""
+    patterns = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not patterns:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated glob patterns such as 'torch/*,triton/chunk' "
+            f"but got {text!r}"
+        )
+    return patterns
+
+
+def _failures_dir(text: str) -> str:
+    """Parse ``--linattn-failures``: a directory path (need not exist yet)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a directory path but got an empty string")
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"expected a directory but {text!r} is a file")
+    return text
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add the ``--linattn-*`` options in the ``linattn-verify`` group."""
+    group = parser.getgroup("linattn-verify", "linattn-verify: kernels under test and failures")
+    group.addoption(
+        "--linattn-kernels",
+        dest="linattn_kernels",
+        metavar="PATTERNS",
+        type=_kernel_patterns,
+        default=DEFAULT_KERNELS,
+        help="comma-separated glob patterns over registered kernel names; tests that use the "
+        "linattn_kernel fixture run once per matching kernel. Default: %(default)r",
+    )
+    group.addoption(
+        "--linattn-failures",
+        dest="linattn_failures",
+        metavar="DIR",
+        type=_failures_dir,
+        default=DEFAULT_FAILURES,
+        help="directory where failing cases are saved (JSON + .pt) for "
+        "'linattn-verify replay'; the default is relative to the rootdir. Default: %(default)r",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Register markers and load our profile (``ci`` when CI is set, else ``dev``)."""
+    """Register markers, point failure saving at ``--linattn-failures``, load our profile."""
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+    raw = config.getoption("linattn_failures", DEFAULT_FAILURES)
+    directory = Path(raw)
+    if not directory.is_absolute():
+        # The default belongs to the project (rootdir); a path typed by the user to where it was
+        # typed. Either way absolute, so xdist workers and tests that chdir agree.
+        base = config.rootpath if raw == DEFAULT_FAILURES else config.invocation_params.dir
+        directory = base / directory
+    from linattn_verify import failures
+
+    config.stash[_PREVIOUS_DIR] = failures._directory
+    config.stash[_FAILURES_DIR] = directory
+    failures.set_failures_directory(directory)
     # Without --hypothesis-profile, CI gets our ``ci`` and everything else ``dev``: Hypothesis's
     # ``default`` has a 200 ms deadline, which the interpreter's first calls always exceed.
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore the failures directory (pytester runs nest sessions in one process)."""
+    if _PREVIOUS_DIR in config.stash:
+        from linattn_verify import failures
+
+        failures.set_failures_directory(config.stash[_PREVIOUS_DIR])
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``linattn_kernel`` over the registered kernels ``--linattn-kernels`` selects."""
+    if "linattn_kernel" not in metafunc.fixturenames:
+        return
+    # Imported here: the registry imports torch and the kernels, which plain runs must not pay.
+    from linattn_verify.errors import InvalidArgument
+    from linattn_verify.registry import kernels_matching
+
+    patterns = metafunc.config.getoption("linattn_kernels")
+    try:
+        kernels = kernels_matching(patterns)
+    except InvalidArgument as exc:
+        raise pytest.UsageError(f"--linattn-kernels={','.join(patterns)}: {exc}") from None
+    metafunc.parametrize("linattn_kernel", kernels, ids=[k.name for k in kernels], indirect=True)
+
+
+@pytest.fixture
+def linattn_kernel(request: pytest.FixtureRequest) -> Kernel:
+    """Return the kernel under test: one registered kernel per test (see ``--linattn-kernels``)."""
+    kernel: Kernel | None = getattr(request, "param", None)
+    if kernel is None:
+        pytest.fail("linattn_kernel is parametrized by the linattn-verify plugin; it was not here")
+    return kernel
+
+
+@pytest.fixture
+def linattn_failures_dir(request: pytest.FixtureRequest) -> Path:
+    """Return the directory where failing cases are saved (``--linattn-failures``, absolute)."""
+    return request.config.stash[_FAILURES_DIR]
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Reject ``gpu``/``slow`` markers with arguments; skip ``gpu`` tests without CUDA."""
+    gpu_items = []
+    for item in items:
+        for name in ("gpu", "slow"):
+            for marker in item.iter_markers(name):
+                if marker.args or marker.kwargs:
+                    raise pytest.UsageError(
+                        f"{item.nodeid}: the {name} marker takes no arguments but got "
+                        f"args={marker.args!r}, kwargs={marker.kwargs!r}"
+                    )
+        if item.get_closest_marker("gpu") is not None:
+            gpu_items.append(item)
+    # torch is imported only when a gpu test was collected, to keep plain runs light.
+    if gpu_items and not _cuda_available():
+        skip = pytest.mark.skip(reason="no CUDA device")
+        for item in gpu_items:
+            item.add_marker(skip)
 
 
 def _version(package: str) -> str:
@@ -86,4 +230,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"linattn-verify {_version('linattn-verify')}: torch {_version('torch')}, "
         f"triton {_version('triton')}, Triton mode: {mode}, "
         f"hypothesis profile: {settings._current_profile}",
+        f"linattn-verify kernels: {','.join(config.getoption('linattn_kernels'))}, "
+        f"failures: {config.stash.get(_FAILURES_DIR, DEFAULT_FAILURES)}",
     ]

@@ -43,9 +43,14 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     U_S = u.acc * (seq.acc_state + seq.V + 4) + seq.eps_w_end + u.per_term  # [H, L+1]
     US0, US = U_S[:, 0], U_S[:, 1:]
     absA = qa @ ka.transpose(-1, -2)
+    # φ errors, and underflow inside the K-dot, as absolute errors of A_tj (as in the forward):
+    # an underflowed A_tj is later divided by a possibly tiny Z_t, so it must enter before ζ.
     Ephi = seq.q_err @ ka.transpose(-1, -2) + qa @ seq.k_err.transpose(-1, -2)
+    Ephi = Ephi + u.underflow * (seq.K + 2)
     WR = W_tok * R
-    WRerr = W_tok * (Ub_tok * R + delta_err[..., None])
+    # Underflow in do_t·v_j is likewise absolute before the division by Z_t.
+    dot_underflow = u.underflow * (seq.V + 2) * zeta
+    WRerr = W_tok * (Ub_tok * R + delta_err[..., None] + dot_underflow)
     out: dict[str, torch.Tensor] = {}
     # dφ(q) and dφ(k).
     M_dqf = s * (WR @ ka + w0[..., None] * R0)

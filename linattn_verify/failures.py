@@ -1,0 +1,405 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Save failing cases, load them back, and replay them; `check`, the helper tests call.
+
+A failure is two files side by side in a failures directory:
+
+* ``<property>-<kernel>.json``: the property and kernel names, the `ProblemSpec` fields, the
+  result's message and scores, a one-line repro and the package versions;
+* ``<property>-<kernel>.pt``: the built input tensors, so the exact inputs survive a change of
+  the value generator.
+
+Inside a Hypothesis test every failing example overwrites the same pair, and Hypothesis replays
+the shrunk example last, so what remains is the minimal case. ``linattn-verify replay FILE``
+re-runs it.
+
+This module imports torch only inside the functions that need it: the pytest plugin imports it
+to set the directory, and the plugin must not import torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import pickle
+import platform
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from linattn_verify.errors import InvalidArgument, PropertyViolation
+from linattn_verify.verdict import PropertyResult
+
+if TYPE_CHECKING:
+    import torch
+
+    from linattn_verify.kernel import Kernel
+    from linattn_verify.semantics import Problem
+    from linattn_verify.strategies import ProblemSpec
+
+FORMAT_VERSION = 1
+"""Version of the saved JSON document; bumped when its fields change meaning."""
+
+DEFAULT_DIRECTORY = ".linattn-failures"
+"""Where `check` saves failures when neither its argument nor the plugin names a directory."""
+
+PropertyFn = Callable[["ProblemSpec", "Kernel"], PropertyResult]
+"""A property: a pure function of a case and a kernel."""
+
+_directory: Path | None = None
+
+
+class ReplayMismatchWarning(UserWarning):
+    """The inputs rebuilt from a saved spec differ from the saved tensors (generator changed)."""
+
+
+def set_failures_directory(directory: str | os.PathLike[str] | None) -> None:
+    """Set where `check` saves failures (`None` restores `DEFAULT_DIRECTORY`).
+
+    The pytest plugin calls this with ``--linattn-failures``.
+    """
+    global _directory
+    if directory is not None and not isinstance(directory, str | os.PathLike):
+        raise InvalidArgument(f"Expected a path but got directory={directory!r}.")
+    _directory = None if directory is None else Path(directory)
+
+
+def failures_directory() -> Path:
+    """Return where `check` saves failures by default."""
+    return Path(DEFAULT_DIRECTORY) if _directory is None else _directory
+
+
+def _safe(name: str) -> str:
+    """Make ``name`` usable in a file name: ``triton/chunk`` -> ``triton_chunk``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
+
+
+def _versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for package in ("linattn-verify", "torch", "triton", "hypothesis"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    return found
+
+
+def _score(value: float) -> float | str:
+    # JSON has no inf/NaN; keep them readable and let float() parse them back.
+    return float(value) if math.isfinite(value) else str(float(value))
+
+
+def _problem_tensors(problem: Problem) -> dict[str, torch.Tensor]:
+    tensors = dict(problem.inputs())
+    if problem.cu_seqlens is not None:
+        tensors["cu_seqlens"] = problem.cu_seqlens
+    return tensors
+
+
+def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    # Write beside the target and rename, so a concurrent reader never sees half a file.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def save_failure(
+    result: PropertyResult,
+    spec: ProblemSpec,
+    kernel_name: str,
+    directory: str | os.PathLike[str],
+) -> Path:
+    """Save a failing case as ``<directory>/<property>-<kernel>.json`` plus the same ``.pt``.
+
+    Args:
+        result: The property's result (its name, message and scores are saved).
+        spec: The case; its fields are saved and its built inputs go to the ``.pt`` file.
+        kernel_name: The kernel's registered name (``/`` and other unsafe characters become
+            ``_`` in the file name; the JSON keeps the name as given).
+        directory: Where to write; created if missing.
+
+    Returns:
+        The path of the JSON file.
+
+    Raises:
+        InvalidArgument: if an argument has the wrong type.
+    """
+    import torch
+
+    from linattn_verify.strategies import ProblemSpec
+
+    if not isinstance(result, PropertyResult):
+        raise InvalidArgument(f"Expected a PropertyResult but got result={result!r}.")
+    if not isinstance(spec, ProblemSpec):
+        raise InvalidArgument(f"Expected a ProblemSpec but got spec={spec!r}.")
+    if not isinstance(kernel_name, str) or not kernel_name:
+        raise InvalidArgument(f"Expected a non-empty str but got kernel_name={kernel_name!r}.")
+    if not isinstance(directory, str | os.PathLike):
+        raise InvalidArgument(f"Expected a path but got directory={directory!r}.")
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{_safe(result.property)}-{_safe(kernel_name)}.json"
+    tensors = {name: t.detach().cpu() for name, t in _problem_tensors(spec.build()).items()}
+    _atomic_write(path.with_suffix(".pt"), lambda p: torch.save(tensors, p))
+    document = {
+        "format": FORMAT_VERSION,
+        "property": result.property,
+        "kernel": kernel_name,
+        "spec": dataclasses.asdict(spec),
+        "case": result.case,
+        "message": result.message,
+        "scores": {name: _score(value) for name, value in result.scores.items()},
+        "worst_index": None if result.worst_index is None else list(result.worst_index),
+        "repro": spec.repro(),
+        "replay": f"linattn-verify replay {path}",
+        "versions": _versions(),
+    }
+    _atomic_write(path, lambda p: p.write_text(json.dumps(document, indent=2) + "\n"))
+    return path
+
+
+@dataclass(frozen=True)
+class SavedFailure:
+    """A failure read back by `load_failure`.
+
+    Attributes:
+        path: The JSON file.
+        property: The property's name.
+        kernel: The kernel's name.
+        spec: The case.
+        message: The failure message at save time.
+        scores: The scores at save time.
+        versions: Package versions at save time.
+        inputs: The saved input tensors by name (``q``, ``k``, ``v``, and ``g``,
+            ``initial_state``, ``initial_key_sum``, ``cu_seqlens`` where present).
+    """
+
+    path: Path
+    property: str
+    kernel: str
+    spec: ProblemSpec
+    message: str
+    scores: Mapping[str, float] = field(default_factory=dict)
+    versions: Mapping[str, str] = field(default_factory=dict)
+    inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+    def problem(self) -> Problem:
+        """Return the problem made of the saved tensors (the exact inputs of the failure)."""
+        from linattn_verify.semantics import validate_problem
+
+        t, s = self.inputs, self.spec
+        h0: Any = t.get("initial_state")
+        if h0 is not None and s.normalize:
+            h0 = (h0, t["initial_key_sum"])
+        return validate_problem(
+            t["q"],
+            t["k"],
+            t["v"],
+            t.get("g"),
+            scale=s.scale,
+            normalize=s.normalize,
+            eps=s.eps,
+            feature_map=s.feature_map,
+            initial_state=h0,
+            output_final_state=s.output_final_state,
+            cu_seqlens=t.get("cu_seqlens"),
+        )
+
+
+def load_failure(path: str | os.PathLike[str]) -> SavedFailure:
+    """Read a failure saved by `save_failure` (``path`` is its ``.json`` or ``.pt`` file).
+
+    Raises:
+        InvalidArgument: if ``path`` is missing, not a saved failure, or of another format.
+    """
+    import torch
+
+    from linattn_verify.strategies import ProblemSpec
+
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidArgument(f"Expected a path but got path={path!r}.")
+    json_path = Path(path).with_suffix(".json")
+    tensor_path = json_path.with_suffix(".pt")
+    for p in (json_path, tensor_path):
+        if not p.is_file():
+            raise InvalidArgument(f"Got path={str(path)!r}, but {p} does not exist.")
+    try:
+        document = json.loads(json_path.read_text())
+        if document.get("format") != FORMAT_VERSION:
+            raise InvalidArgument(
+                f"Got path={str(path)!r} in format {document.get('format')!r}, but this version "
+                f"reads format {FORMAT_VERSION}."
+            )
+        fields = dict(document["spec"])
+        known = {f.name for f in dataclasses.fields(ProblemSpec)}
+        if unknown := sorted(set(fields) - known):
+            raise InvalidArgument(f"Got path={str(path)!r} with unknown spec fields {unknown}.")
+        if fields.get("segments") is not None:
+            fields["segments"] = tuple(fields["segments"])
+        spec = ProblemSpec(**fields)
+        inputs = torch.load(tensor_path, weights_only=True)
+        return SavedFailure(
+            path=json_path,
+            property=str(document["property"]),
+            kernel=str(document["kernel"]),
+            spec=spec,
+            message=str(document.get("message", "")),
+            scores={name: float(v) for name, v in document.get("scores", {}).items()},
+            versions=dict(document.get("versions", {})),
+            inputs=dict(inputs),
+        )
+    except (KeyError, TypeError, ValueError, RuntimeError, pickle.UnpicklingError) as exc:
+        if isinstance(exc, InvalidArgument):
+            raise
+        raise InvalidArgument(
+            f"Got path={str(path)!r}, but it is not a saved failure: {exc!r}."
+        ) from None
+
+
+def _differences(
+    saved: Mapping[str, torch.Tensor], rebuilt: Mapping[str, torch.Tensor]
+) -> list[str]:
+    import torch
+
+    names = sorted(set(saved) | set(rebuilt))
+    return [
+        n
+        for n in names
+        if n not in saved
+        or n not in rebuilt
+        or saved[n].dtype != rebuilt[n].dtype
+        or not torch.equal(saved[n].cpu(), rebuilt[n].cpu())
+    ]
+
+
+def replay(
+    path: str | os.PathLike[str],
+    *,
+    properties: Mapping[str, PropertyFn],
+    kernels: Mapping[str, Kernel],
+) -> PropertyResult:
+    """Re-run the property of a saved failure on its case and kernel.
+
+    The spec is rebuilt and its tensors compared with the saved ones; if they differ (the value
+    generator changed since the save), a `ReplayMismatchWarning` is issued and the result's
+    message says so. The saved tensors remain available through `load_failure`.
+
+    Args:
+        path: The failure's ``.json`` (or ``.pt``) file.
+        properties: Property functions by name; must hold the saved property.
+        kernels: Kernels by name; must hold the saved kernel.
+
+    Returns:
+        The property's result on the saved case.
+
+    Raises:
+        InvalidArgument: if the file cannot be read or its property or kernel is not given.
+    """
+    saved = load_failure(path)
+    if saved.property not in properties:
+        raise InvalidArgument(
+            f"Got a failure of property {saved.property!r} ({saved.path}), but properties holds "
+            f"only {sorted(properties)}."
+        )
+    if saved.kernel not in kernels:
+        raise InvalidArgument(
+            f"Got a failure of kernel {saved.kernel!r} ({saved.path}), but kernels holds only "
+            f"{sorted(kernels)}."
+        )
+    differing = _differences(saved.inputs, _problem_tensors(saved.spec.build()))
+    result = properties[saved.property](saved.spec, kernels[saved.kernel])
+    if differing:
+        note = (
+            f"The inputs rebuilt from the spec differ from the saved ones in {differing}: this "
+            "replay did not run on the saved inputs (load_failure(path).problem() has them)."
+        )
+        warnings.warn(note, ReplayMismatchWarning, stacklevel=2)
+        result = dataclasses.replace(result, message=f"{result.message}\nWarning: {note}")
+    return result
+
+
+def _target(result: PropertyResult) -> None:
+    """Steer Hypothesis toward this property's worst score."""
+    from hypothesis import target
+    from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
+
+    finite = [float(v) for v in result.scores.values() if math.isfinite(v)]
+    if not finite:
+        return
+    # A second check of the same property and kernel in one example reuses the label, which
+    # Hypothesis forbids; the first observation is enough to steer by.
+    with contextlib.suppress(HypothesisInvalidArgument):
+        target(max(finite), label=f"{result.property} on {result.kernel}")
+
+
+def check(
+    property_fn: PropertyFn,
+    spec: ProblemSpec,
+    kernel: Kernel,
+    *,
+    directory: str | os.PathLike[str] | None = None,
+) -> PropertyResult:
+    """Run a property on a case; target its worst score; save and raise if it failed.
+
+    Inside a Hypothesis test the worst finite score is passed to `hypothesis.target`, steering
+    the search toward it. A failure is saved with `save_failure` (each failing example
+    overwrites the last, and Hypothesis runs the shrunk example last, so the minimal case is
+    what stays on disk).
+
+    Args:
+        property_fn: The property, ``(spec, kernel) -> PropertyResult``.
+        spec: The case.
+        kernel: The kernel under test.
+        directory: Where to save a failure. Default: `None` (the plugin's
+            ``--linattn-failures``, else `DEFAULT_DIRECTORY`).
+
+    Returns:
+        The result, when the property held or was skipped.
+
+    Raises:
+        PropertyViolation: with the report, the repro and, last, the line
+            ``Replay: linattn-verify replay <path>``.
+        InvalidArgument: if ``property_fn`` does not return a `PropertyResult`.
+    """
+    __tracebackhide__ = True
+    from hypothesis.control import currently_in_test_context
+
+    if not callable(property_fn):
+        raise InvalidArgument(f"Expected a callable but got property_fn={property_fn!r}.")
+    result = property_fn(spec, kernel)
+    if not isinstance(result, PropertyResult):
+        raise InvalidArgument(
+            f"Expected property_fn={property_fn!r} to return a PropertyResult but it returned "
+            f"{type(result).__name__}."
+        )
+    if currently_in_test_context() and result.skipped is None:
+        _target(result)
+    if result.ok:
+        return result
+    path = save_failure(
+        result, spec, kernel.name, failures_directory() if directory is None else directory
+    )
+    raise PropertyViolation(
+        f"{result.report()}\nRepro: {spec.repro()}\nReplay: linattn-verify replay {path}"
+    )
+
+
+__all__ = [
+    "DEFAULT_DIRECTORY",
+    "FORMAT_VERSION",
+    "PropertyFn",
+    "ReplayMismatchWarning",
+    "SavedFailure",
+    "check",
+    "failures_directory",
+    "load_failure",
+    "replay",
+    "save_failure",
+    "set_failures_directory",
+]

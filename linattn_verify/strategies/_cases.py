@@ -1,0 +1,342 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""`ProblemSpec`, the printable case, and the strategies that draw whole cases."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, get_args
+
+import torch
+from hypothesis import strategies as st
+
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.kernel import Kernel
+from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.strategies._shapes import (
+    DEFAULT_MODULI,
+    check_choices,
+    check_int,
+    check_int_range,
+    head_dims,
+    scales,
+    seq_lens,
+    seq_packings,
+)
+from linattn_verify.strategies._tensors import (
+    DECAY_FAMILIES,
+    DTYPES,
+    LAYOUTS,
+    LOW_PRECISION_DTYPES,
+    VALUE_FAMILIES,
+    decay_values,
+    family_values,
+    lay_out,
+    near_max_magnitude,
+)
+from linattn_verify.typing import FeatureMap
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """Everything needed to rebuild a problem: printable, so a failure names its case.
+
+    The fields mirror `linattn_verify.semantics.validate_problem`'s arguments, plus the value
+    and decay families, the varlen ``segments`` (lengths, or `None`), the generator ``seed`` and
+    the memory ``layout`` of q, k, v and g (see `LAYOUTS`). Its ``repr`` is valid Python.
+    """
+
+    B: int
+    T: int
+    H: int
+    K: int
+    V: int
+    dtype: str
+    feature_map: FeatureMap
+    normalize: bool
+    eps: float
+    scale: float | None
+    values: str
+    decay: str
+    initial_state: bool
+    output_final_state: bool
+    segments: tuple[int, ...] | None
+    seed: int
+    layout: str = "contiguous"
+
+    def __post_init__(self) -> None:
+        for name in ("B", "T", "H", "K", "V"):
+            if check_int(name, getattr(self, name)) < 1:
+                raise InvalidArgument(f"Got {name}={getattr(self, name)!r}, but it must be >= 1.")
+        check_int("seed", self.seed)
+        for name, allowed in (
+            ("dtype", tuple(DTYPES)),
+            ("feature_map", get_args(FeatureMap)),
+            ("values", VALUE_FAMILIES),
+            ("decay", DECAY_FAMILIES),
+            ("layout", LAYOUTS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise InvalidArgument(
+                    f"Got {name}={getattr(self, name)!r}, but {name} must be one of {allowed}."
+                )
+
+    def build(self, device: str | torch.device = "cpu") -> Problem:
+        """Generate the tensors (on ``device``, in ``layout``) and validate the problem."""
+        gen = torch.Generator().manual_seed(self.seed)
+        dtype = DTYPES[self.dtype]
+        B, T, H, K, V = self.B, self.T, self.H, self.K, self.V
+        big = near_max_magnitude(dtype, T, K, V, self.scale)
+        q = family_values(self.values, "q", (B, T, H, K), gen, near_max=big)
+        k = family_values(self.values, "k", (B, T, H, K), gen, near_max=big)
+        v_family = "normal" if self.values == "underflowing_features" else self.values
+        v = family_values(v_family, "v", (B, T, H, V), gen, near_max=big)
+        g = decay_values(self.decay, (B, T, H), gen)
+        N = B if self.segments is None else len(self.segments)
+        h0: Any = None
+        if self.initial_state:
+            S0 = torch.randn(N, H, K, V, generator=gen)
+            h0 = (S0, torch.rand(N, H, K, generator=gen)) if self.normalize else S0
+        cu = None
+        if self.segments is not None:
+            cu = torch.tensor([0, *torch.tensor(self.segments, dtype=torch.int64).cumsum(0)])
+
+        def place(x: torch.Tensor) -> torch.Tensor:
+            # Values are fixed before the layout is applied: layouts change strides only.
+            return lay_out(x.to(device), self.layout)
+
+        return validate_problem(
+            place(q.to(dtype)),
+            place(k.to(dtype)),
+            place(v.to(dtype)),
+            None if g is None else place(g),
+            scale=self.scale,
+            normalize=self.normalize,
+            eps=self.eps,
+            feature_map=self.feature_map,
+            initial_state=_to(h0, device),
+            output_final_state=self.output_final_state,
+            cu_seqlens=cu,
+        )
+
+    def describe(self) -> str:
+        """One line: the spec's fields."""
+        return repr(self)
+
+    def repro(self) -> str:
+        """Return a one-line Python snippet that rebuilds this case as ``problem``."""
+        return f"from linattn_verify.strategies import ProblemSpec; problem = {self!r}.build()"
+
+
+def _to(state: Any, device: str | torch.device) -> Any:
+    if state is None:
+        return None
+    if isinstance(state, tuple):
+        return tuple(s.to(device) for s in state)
+    return state.to(device)
+
+
+def _check_flags(name: str, values: Any) -> tuple[bool, ...]:
+    return check_choices(name, values, (False, True))
+
+
+def problem_specs(
+    *,
+    min_seq_len: int = 1,
+    max_seq_len: int = 48,
+    max_head_dim: int = 12,
+    dtypes: Sequence[str] = LOW_PRECISION_DTYPES,
+    feature_maps: Sequence[FeatureMap] = get_args(FeatureMap),
+    values: Sequence[str] = VALUE_FAMILIES,
+    decays: Sequence[str] = DECAY_FAMILIES,
+    normalize: Sequence[bool] = (False, True),
+    varlen: bool = True,
+    eps_values: Sequence[float] = (0.0, 1e-6, 1e-2),
+    initial_state: Sequence[bool] = (False, True),
+    final_state: Sequence[bool] = (False, True),
+    min_head_dim: int = 1,
+    layouts: Sequence[str] = LAYOUTS,
+    chunk_sizes: Sequence[int] = DEFAULT_MODULI,
+    max_batch_size: int = 2,
+    max_heads: int = 2,
+) -> st.SearchStrategy[ProblemSpec]:
+    """Generate `ProblemSpec`: any shape, dtype, option, layout and value family within limits.
+
+    T comes from `seq_lens` (T = 1, primes, every residue mod 16/32/64 and ``chunk_sizes``), K
+    and V independently from `head_dims` (so K != V and non-powers of two are common), the scale
+    from `scales`, varlen packings from `seq_packings` (empty and length-1 segments).
+
+    Excluded, by construction: ``underflowing_features`` is drawn only with ``elu1`` (with
+    identity or relu it is merely a large negative offset); ``large`` values only with dtypes
+    other than float16 (fp16 outputs would overflow: a range failure, not a rounding one);
+    B = 1 whenever ``cu_seqlens`` is drawn (the function requires it); eps = 0 for
+    unnormalized cases (eps only applies to the normalizer); scales <= 0.
+
+    Args:
+        min_seq_len: Shortest T. Default: `1`.
+        max_seq_len: Longest T. Default: `48`.
+        max_head_dim: Largest K and V. Default: `12`.
+        dtypes: Input dtype names. Default: `("float32", "float16", "bfloat16")`.
+        feature_maps: Feature maps. Default: all.
+        values: Value families. Default: all (`VALUE_FAMILIES`).
+        decays: Decay families. Default: all (`DECAY_FAMILIES`).
+        normalize: Output semantics to draw. Default: `(False, True)`.
+        varlen: Whether packed sequences may be drawn. Default: `True`.
+        eps_values: eps values for normalized cases. Default: `(0.0, 1e-6, 1e-2)`.
+        initial_state: Whether an initial state is given. Default: `(False, True)`.
+        final_state: Whether the final state is requested. Default: `(False, True)`.
+        min_head_dim: Smallest K and V. Default: `1`.
+        layouts: Memory layouts (`LAYOUTS`). Default: all.
+        chunk_sizes: Chunk sizes whose residues T should cover. Default: `(16, 32, 64)`.
+        max_batch_size: Largest B. Default: `2`.
+        max_heads: Largest H. Default: `2`.
+
+    Raises:
+        InvalidArgument: naming the first malformed argument.
+    """
+    check_int_range("seq_len", min_seq_len, max_seq_len, lowest=1)
+    check_int_range("head_dim", min_head_dim, max_head_dim, lowest=1)
+    check_int_range("batch_size", 1, max_batch_size, lowest=1)
+    check_int_range("heads", 1, max_heads, lowest=1)
+    dtypes = check_choices("dtypes", dtypes, tuple(DTYPES))
+    feature_maps = check_choices("feature_maps", feature_maps, get_args(FeatureMap))
+    values = check_choices("values", values, VALUE_FAMILIES)
+    decays = check_choices("decays", decays, DECAY_FAMILIES)
+    layouts = check_choices("layouts", layouts, LAYOUTS)
+    normalize = _check_flags("normalize", normalize)
+    initial_state = _check_flags("initial_state", initial_state)
+    final_state = _check_flags("final_state", final_state)
+    if not isinstance(varlen, bool):
+        raise InvalidArgument(f"Expected a bool but got varlen={varlen!r}.")
+    if isinstance(eps_values, str) or not isinstance(eps_values, Sequence) or not eps_values:
+        raise InvalidArgument(f"Expected a non-empty sequence of floats but got {eps_values=}.")
+    if any(isinstance(e, bool) or not isinstance(e, int | float) or not e >= 0 for e in eps_values):
+        raise InvalidArgument(f"Got eps_values={tuple(eps_values)!r}, but each must be >= 0.")
+
+    if isinstance(chunk_sizes, str) or not isinstance(chunk_sizes, Sequence):
+        raise InvalidArgument(
+            f"Expected chunk_sizes to be a sequence of ints but got {chunk_sizes!r}."
+        )
+    return _problem_specs(
+        T=seq_lens(min_value=min_seq_len, max_value=max_seq_len, chunk_sizes=chunk_sizes),
+        head_dim=head_dims(min_value=min_head_dim, max_value=max_head_dim),
+        dtypes=dtypes,
+        feature_maps=feature_maps,
+        values=values,
+        decays=decays,
+        normalize=normalize,
+        varlen=varlen,
+        eps_values=tuple(float(e) for e in eps_values),
+        initial_state=initial_state,
+        final_state=final_state,
+        layouts=layouts,
+        max_batch_size=max_batch_size,
+        max_heads=max_heads,
+    )
+
+
+@st.composite
+def _problem_specs(
+    draw: st.DrawFn,
+    *,
+    T: st.SearchStrategy[int],
+    head_dim: st.SearchStrategy[int],
+    dtypes: tuple[str, ...],
+    feature_maps: tuple[FeatureMap, ...],
+    values: tuple[str, ...],
+    decays: tuple[str, ...],
+    normalize: tuple[bool, ...],
+    varlen: bool,
+    eps_values: tuple[float, ...],
+    initial_state: tuple[bool, ...],
+    final_state: tuple[bool, ...],
+    layouts: tuple[str, ...],
+    max_batch_size: int,
+    max_heads: int,
+) -> ProblemSpec:
+    """Draw one spec from validated arguments (see `problem_specs`)."""
+    seq_len = draw(T, label="T")
+    fmap = draw(st.sampled_from(feature_maps), label="feature_map")
+    dtype = draw(st.sampled_from(dtypes), label="dtype")
+    families = [f for f in values if f != "underflowing_features" or fmap == "elu1"]
+    families = [f for f in families if f != "large" or dtype != "float16"] or ["normal"]
+    use_varlen = varlen and draw(st.booleans(), label="varlen")
+    is_normalized = draw(st.sampled_from(normalize), label="normalize")
+    return ProblemSpec(
+        B=1 if use_varlen else draw(st.integers(1, max_batch_size), label="B"),
+        T=seq_len,
+        H=draw(st.integers(1, max_heads), label="H"),
+        K=draw(head_dim, label="K"),
+        V=draw(head_dim, label="V"),
+        dtype=dtype,
+        feature_map=fmap,
+        normalize=is_normalized,
+        eps=draw(st.sampled_from(eps_values), label="eps") if is_normalized else 0.0,
+        scale=draw(scales(), label="scale"),
+        values=draw(st.sampled_from(families), label="values"),
+        decay=draw(st.sampled_from(decays), label="decay"),
+        initial_state=draw(st.sampled_from(initial_state), label="initial_state"),
+        output_final_state=draw(st.sampled_from(final_state), label="output_final_state"),
+        segments=draw(seq_packings(seq_len), label="segments") if use_varlen else None,
+        seed=draw(st.integers(0, 2**31 - 1), label="seed"),
+        layout=draw(st.sampled_from(layouts), label="layout"),
+    )
+
+
+def kernel_specs(
+    kernel: Kernel,
+    *,
+    min_seq_len: int = 1,
+    max_seq_len: int = 48,
+    max_head_dim: int = 12,
+    values: Sequence[str] = VALUE_FAMILIES,
+    decays: Sequence[str] = DECAY_FAMILIES,
+    layouts: Sequence[str] = LAYOUTS,
+) -> st.SearchStrategy[ProblemSpec]:
+    """Generate `ProblemSpec` for cases ``kernel`` declares it supports (and only those).
+
+    Every option is drawn from what `Capabilities` allows (dtypes, feature maps, normalization
+    and eps, decay, varlen, initial and final state, head-dim limits), so ``kernel.supports``
+    accepts every spec; T covers every residue mod the kernel's chunk sizes. The exclusions of
+    `problem_specs` apply.
+
+    Args:
+        kernel: The kernel under test; its `Capabilities` filter every draw.
+        min_seq_len: Shortest T. Default: `1`.
+        max_seq_len: Longest T. Default: `48`.
+        max_head_dim: Largest K and V (capped by the kernel's limit). Default: `12`.
+        values: Value families to draw from. Default: every family.
+        decays: Decay families to draw from (only ``"none"`` without decay support). Default: all.
+        layouts: Memory layouts to draw from. Default: all.
+
+    Raises:
+        InvalidArgument: if ``kernel`` is not a `Kernel`, takes no dtype the strategies know,
+            or an argument is malformed.
+    """
+    if not isinstance(kernel, Kernel):
+        raise InvalidArgument(f"Expected a linattn_verify Kernel but got kernel={kernel!r}.")
+    cap = kernel.capabilities
+    dtypes = tuple(d for d in cap.dtypes if d in DTYPES)
+    if not dtypes:
+        raise InvalidArgument(f"Kernel {kernel.name} takes none of the dtypes {tuple(DTYPES)}.")
+    check_int("max_head_dim", max_head_dim)
+    return problem_specs(
+        min_seq_len=min_seq_len,
+        max_seq_len=max_seq_len,
+        min_head_dim=cap.min_head_dim,
+        max_head_dim=max(cap.min_head_dim, min(max_head_dim, cap.max_head_dim)),
+        dtypes=dtypes,
+        feature_maps=cap.feature_maps,
+        values=values,
+        decays=decays if cap.decay else ("none",),
+        normalize=cap.normalize,
+        varlen=cap.varlen,
+        eps_values=(0.0, 1e-6, 1e-2) if cap.configurable else (cap.eps,),
+        initial_state=(False, True) if cap.initial_state else (False,),
+        final_state=(False, True) if cap.final_state else (False,),
+        layouts=layouts,
+        chunk_sizes=cap.chunk_sizes or DEFAULT_MODULI,
+    )
+
+
+__all__ = ["ProblemSpec", "kernel_specs", "problem_specs"]

@@ -1,0 +1,242 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Tensor contents and memory layouts: value and decay families, dtypes, layouts, cotangents.
+
+Hypothesis draws a family's *name*; the values come from a seeded torch generator, so a case is
+reproducible from its printed spec and shrinks toward simple families.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from linattn_verify.semantics import Problem
+from linattn_verify.strategies._shapes import check_choices
+
+VALUE_FAMILIES = (
+    "normal",
+    "uniform",
+    "heavy_tailed",
+    "large",
+    "tiny",
+    "duplicated_keys",
+    "rank_deficient_keys",
+    "zero_rows",
+    "underflowing_features",
+    "positive",
+    "near_max",
+)
+"""Families of q/k/v values (DESIGN.md §9). ``underflowing_features`` puts q, k near -100 so
+that elu1 features underflow; ``large`` uses magnitudes around 1e3; ``tiny`` around 1e-20;
+``positive`` makes q, k >= 0 (features without cancellation when no feature map is applied);
+``near_max`` puts |q|, |k| near sqrt(max / (T·K·V)) of the dtype (see `near_max_magnitude`)."""
+
+DECAY_FAMILIES = ("none", "zero", "mild", "steep", "overflowing")
+"""Families of log-decays g: no decay, g = 0 exactly, g in (-0.1, 0], steep g down to -20, and
+g chosen so that |G| exceeds 88 inside a block of 16 tokens."""
+
+DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+}
+"""Input dtypes by name. float64 is drawn only for kernels that declare it."""
+
+LOW_PRECISION_DTYPES = ("float32", "float16", "bfloat16")
+"""The dtypes `problem_specs` draws by default (kernels take these; fp64 is opt-in)."""
+
+LAYOUTS = ("contiguous", "transposed", "sliced")
+"""Memory layouts of q, k, v and g (values are the same in all three; only strides differ):
+``contiguous``; ``transposed``, a head-first ``[B, H, T, D]`` tensor transposed to
+``[B, T, H, D]``; ``sliced``, a window of a larger NaN-filled tensor, offset along T and the last
+dim (so a kernel that ignores the offset or row stride reads NaN)."""
+
+_SLICE_PAD = (2, 3)
+"""Tokens before/after and features before/after the window of a ``sliced`` tensor."""
+
+
+def float_dtypes(*, names: Sequence[str] = LOW_PRECISION_DTYPES) -> st.SearchStrategy[str]:
+    """Generate input dtype names (keys of `DTYPES`), shrinking toward the first.
+
+    Args:
+        names: The dtypes to draw from. Default: `("float32", "float16", "bfloat16")`; float64
+            is excluded unless named, since few kernels take it.
+
+    Raises:
+        InvalidArgument: if ``names`` is empty or names an unknown dtype.
+    """
+    return st.sampled_from(check_choices("names", names, tuple(DTYPES)))
+
+
+def value_families(*, names: Sequence[str] = VALUE_FAMILIES) -> st.SearchStrategy[str]:
+    """Generate value family names (see `VALUE_FAMILIES`), shrinking toward ``"normal"``.
+
+    Args:
+        names: The families to draw from. Default: every family.
+
+    Raises:
+        InvalidArgument: if ``names`` is empty or names an unknown family.
+    """
+    return st.sampled_from(check_choices("names", names, VALUE_FAMILIES))
+
+
+def decay_families(*, names: Sequence[str] = DECAY_FAMILIES) -> st.SearchStrategy[str]:
+    """Generate decay family names (see `DECAY_FAMILIES`), shrinking toward ``"none"``.
+
+    Args:
+        names: The families to draw from. Default: every family.
+
+    Raises:
+        InvalidArgument: if ``names`` is empty or names an unknown family.
+    """
+    return st.sampled_from(check_choices("names", names, DECAY_FAMILIES))
+
+
+def layouts(*, names: Sequence[str] = LAYOUTS) -> st.SearchStrategy[str]:
+    """Generate memory layout names (see `LAYOUTS`), shrinking toward ``"contiguous"``.
+
+    Args:
+        names: The layouts to draw from. Default: every layout.
+
+    Raises:
+        InvalidArgument: if ``names`` is empty or names an unknown layout.
+    """
+    return st.sampled_from(check_choices("names", names, LAYOUTS))
+
+
+def near_max_magnitude(dtype: torch.dtype, T: int, K: int, V: int, scale: float | None) -> float:
+    """Return the |q|, |k| magnitude of the ``near_max`` family.
+
+    With |q|, |k| <= x and |v| <= 1, every quantity of the function and its gradients is at most
+    s·T²·K·V·x² times a cotangent entry (the decay gradient sums that many products; the output
+    only s·T·K·x²). Choosing x² = max / (64·max(1, s)·T²·K·V) keeps them below max/64, so
+    products and sums stay finite in the dtype while single products reach far up its range.
+    """
+    s = 1.0 if scale is None else max(1.0, abs(scale))
+    return math.sqrt(torch.finfo(dtype).max / (64.0 * s * T * T * K * V))
+
+
+def family_values(
+    family: str,
+    role: str,
+    shape: tuple[int, ...],
+    gen: torch.Generator,
+    *,
+    near_max: float = 1.0,
+) -> torch.Tensor:
+    """Draw values of ``family`` for the input ``role`` (``"q"``, ``"k"`` or ``"v"``).
+
+    Values are float32 (float64 for ``near_max`` q and k); the caller rounds them to the dtype.
+
+    Args:
+        family: A name from `VALUE_FAMILIES`.
+        role: Which input: key-only families change k alone, feature families q and k.
+        shape: The tensor shape.
+        gen: The seeded generator (draws are consumed in a fixed order per family).
+        near_max: The ``near_max`` magnitude (`near_max_magnitude`). Default: `1.0`.
+    """
+    x = torch.randn(shape, generator=gen)
+    if family == "uniform":
+        return torch.rand(shape, generator=gen) * 2 - 1
+    if family == "heavy_tailed":
+        # A normal over a power of a uniform has polynomial tails (|x| > y with probability
+        # ~ y^-1.5); clamping the uniform keeps fp16 products finite.
+        u = torch.rand(shape, generator=gen).clamp(min=1e-3)
+        return x / u**0.66
+    if family == "large":
+        return x * 1e3
+    if family == "tiny":
+        return x * 1e-20
+    if family == "duplicated_keys" and role == "k":
+        return x[:, :1].expand_as(x).clone()
+    if family == "rank_deficient_keys" and role == "k" and shape[-1] > 1:
+        basis = torch.randn(*shape[:-1], 1, generator=gen)
+        return basis * torch.randn(shape[-1], generator=gen)
+    if family == "zero_rows":
+        keep = torch.rand(shape[:-1], generator=gen) > 0.3
+        return x * keep[..., None]
+    if family == "underflowing_features" and role in ("q", "k"):
+        return x - 100.0
+    if family == "positive" and role in ("q", "k"):
+        return x.abs()
+    if family == "near_max":
+        u = torch.rand(shape, generator=gen)
+        if role == "v":
+            return 2 * u - 1
+        # Magnitudes in [x/2, x] with the normal draw's sign: near the limit, never past it.
+        # Computed in float64, since for float64 inputs x is beyond float32's range.
+        return (torch.where(x < 0, -1.0, 1.0) * (0.5 + 0.5 * u)).double() * near_max
+    return x
+
+
+def decay_values(family: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor | None:
+    """Draw float32 log-decays of ``family`` (a name from `DECAY_FAMILIES`), or `None`."""
+    if family == "none":
+        return None
+    if family == "zero":
+        return torch.zeros(shape)
+    if family == "mild":
+        return -0.1 * torch.rand(shape, generator=gen)
+    if family == "steep":
+        return -20.0 * torch.rand(shape, generator=gen)
+    # |G| > 88 within 16 tokens: every step at least -5.6.
+    return -5.6 - 2 * torch.rand(shape, generator=gen)
+
+
+def lay_out(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """Return ``x`` (``[B, T, H, ...]``) with the same values in memory laid out as ``layout``."""
+    if layout == "transposed":
+        # Store head-first ([B, H, T, ...]) and view it back as [B, T, H, ...].
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "sliced":
+        (t0, t1), (d0, d1) = _SLICE_PAD, _SLICE_PAD
+        B, T, *rest = x.shape
+        big = torch.full(
+            (B, t0 + T + t1, *rest[:-1], d0 + rest[-1] + d1),
+            float("nan"),
+            dtype=x.dtype,
+            device=x.device,
+        )
+        window = big[:, t0 : t0 + T, ..., d0 : d0 + rest[-1]]
+        window.copy_(x)
+        return window
+    return x
+
+
+def random_cotangents(problem: Problem, seed: int) -> tuple[torch.Tensor, Any]:
+    """Draw normal cotangents for a problem's output and final state.
+
+    Returns:
+        ``(do, d_final_state)``: do ``[B, T, H, V]`` in the input dtype; dS_T ``[N, H, K, V]``
+        (fp32), or the pair ``(dS_T, dz_T)`` for normalized problems.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    _, _, H, K, V = problem.shape
+    N = problem.num_sequences
+    do = torch.randn(problem.v.shape, generator=gen).to(problem.q.dtype)
+    dS = torch.randn(N, H, K, V, generator=gen)
+    if problem.normalize:
+        return do, (dS, torch.randn(N, H, K, generator=gen))
+    return do, dS
+
+
+__all__ = [
+    "DECAY_FAMILIES",
+    "DTYPES",
+    "LAYOUTS",
+    "LOW_PRECISION_DTYPES",
+    "VALUE_FAMILIES",
+    "decay_families",
+    "decay_values",
+    "family_values",
+    "float_dtypes",
+    "lay_out",
+    "layouts",
+    "near_max_magnitude",
+    "random_cotangents",
+]

@@ -1,0 +1,179 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""End-to-end tests of the pytest plugin: options, fixtures, markers, and a light import."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+KERNEL_TEST = """
+def test_kernel(linattn_kernel):
+    assert linattn_kernel.name
+"""
+
+FAILING_TEST = """
+from linattn_verify.failures import check
+from linattn_verify.strategies import ProblemSpec
+from linattn_verify.verdict import PropertyResult
+
+SPEC = ProblemSpec(1, 3, 1, 2, 2, "float32", "identity", False, 0.0, None, "normal", "none",
+                   False, False, None, 0)
+
+
+def always_fails(spec, kernel):
+    return PropertyResult("always_fails", kernel.name, spec.describe(), ok=False, message="boom")
+
+
+def test_fails(linattn_kernel, linattn_failures_dir):
+    with open("seen_dir.txt", "w") as f:
+        f.write(str(linattn_failures_dir))
+    check(always_fails, SPEC, linattn_kernel)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _kernels_imported_outside() -> None:
+    """Import the kernels (and triton) before any in-process run.
+
+    pytester's in-process runs drop the modules they imported when they end; re-importing
+    triton's extension in the next run crashes the interpreter. Imported here, they stay.
+    """
+    from linattn_verify.registry import registered_kernels
+
+    registered_kernels()
+
+
+def _collected(result: pytest.RunResult) -> list[str]:
+    return re.findall(r"test_kernel\[([^\]]+)\]", result.stdout.str())
+
+
+def test_kernels_option_collects_only_matching_kernels(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(KERNEL_TEST)
+    result = pytester.runpytest("--linattn-kernels", "torch/*", "--collect-only", "-q")
+    assert result.ret == 0
+    collected = _collected(result)
+    assert sorted(collected) == ["torch/chunk", "torch/parallel", "torch/recurrent"]
+
+
+def test_kernels_option_takes_several_patterns_and_defaults_to_all(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(KERNEL_TEST)
+    two = _collected(pytester.runpytest("--linattn-kernels", "torch/chunk, triton/chunk",
+                                        "--collect-only", "-q"))  # fmt: skip
+    assert sorted(two) == ["torch/chunk", "triton/chunk"]
+    every = _collected(pytester.runpytest("--collect-only", "-q"))
+    assert {"torch/chunk", "triton/chunk", "triton/recurrent"} <= set(every)
+
+
+def test_kernels_option_rejects_patterns_that_match_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(KERNEL_TEST)
+    result = pytester.runpytest("--linattn-kernels", "nope/*")
+    assert result.ret != 0
+    assert "No registered kernel matches" in result.stdout.str() + result.stderr.str()
+    empty = pytester.runpytest("--linattn-kernels", " , ")
+    assert empty.ret != 0
+    assert "expected comma-separated glob patterns" in empty.stderr.str()
+
+
+def test_failures_option_receives_the_failing_case(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(FAILING_TEST)
+    result = pytester.runpytest("--linattn-kernels", "torch/recurrent", "--linattn-failures", "out")
+    result.assert_outcomes(failed=1)
+    saved = pytester.path / "out" / "always_fails-torch_recurrent.json"
+    assert saved.is_file()
+    assert saved.with_suffix(".pt").is_file()
+    assert (pytester.path / "seen_dir.txt").read_text() == str(pytester.path / "out")
+    result.stdout.fnmatch_lines([f"*Replay: linattn-verify replay {saved}*"])
+
+
+def test_failures_default_to_the_rootdir(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(FAILING_TEST)
+    result = pytester.runpytest("--linattn-kernels", "torch/parallel")
+    result.assert_outcomes(failed=1)
+    assert (pytester.path / ".linattn-failures" / "always_fails-torch_parallel.json").is_file()
+
+
+def test_help_lists_the_options_with_their_defaults(pytester: pytest.Pytester) -> None:
+    text = " ".join(pytester.runpytest("--help").stdout.str().split())
+    assert "linattn-verify: kernels under test and failures:" in text
+    assert "--linattn-kernels=PATTERNS" in text
+    assert "Default: ('*',)" in text
+    assert "--linattn-failures=DIR" in text
+    assert "Default: '.linattn-failures'" in text
+
+
+def test_markers_are_registered(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.slow
+        def test_slow():
+            pass
+        """
+    )
+    pytester.runpytest("--strict-markers").assert_outcomes(passed=1)
+    markers = pytester.runpytest("--markers").stdout.str()
+    assert "@pytest.mark.gpu:" in markers
+    assert "@pytest.mark.slow:" in markers
+
+
+def test_gpu_tests_are_skipped_without_cuda(pytester: pytest.Pytester) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: gpu tests run here")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu
+        def test_on_gpu():
+            raise AssertionError("must not run without CUDA")
+
+        def test_anywhere():
+            pass
+        """
+    )
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*no CUDA device*"])
+
+
+def test_markers_with_arguments_are_rejected(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu(2)
+        def test_two_gpus():
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    assert result.ret != 0
+    assert "the gpu marker takes no arguments" in result.stderr.str()
+
+
+def test_report_header_shows_the_selection(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest("--linattn-kernels", "torch/*")
+    result.stdout.fnmatch_lines(["linattn-verify kernels: torch/*, failures: *.linattn-failures"])
+
+
+def test_importing_the_plugin_imports_neither_torch_nor_triton() -> None:
+    code = (
+        "import sys\n"
+        "import linattn_verify.pytest_plugin, linattn_verify.failures\n"
+        "heavy = sorted({'torch', 'triton'} & set(sys.modules))\n"
+        "assert not heavy, heavy\n"
+    )
+    # A fresh interpreter: this process has imported torch long ago.
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
