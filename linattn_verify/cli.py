@@ -3,7 +3,9 @@
 
 ``run``  verifies the built-in Triton kernels (all three forms) against the oracle on cases drawn
          by the Hypothesis strategies, forward and backward, and writes JSON lines as cases finish.
-``list`` shows the built-in kernels and their precision recipes.
+``replay FILE`` re-runs a saved failure (from ``--linattn-failures`` or ``run``) and says
+         whether it reproduces.
+``list`` shows the registered kernels and their precision recipes.
 
 Exit status: 0 when every case passed, 1 when one failed, 2 for usage errors.
 """
@@ -84,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("reports/latest"),
         help="report directory. Default: %(default)s",
     )
-    sub.add_parser("list", help="list the built-in kernels and their precision recipes")
+    replay = sub.add_parser("replay", help="re-run a saved failure and say if it reproduces")
+    replay.add_argument("file", type=Path, help="a saved failure (.json) from a failures directory")
+    sub.add_parser("list", help="list the registered kernels and their precision recipes")
     return parser
 
 
@@ -93,17 +97,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "list":
         return _list()
+    if args.command == "replay":
+        return _replay(args.file)
     return _run(args)
+
+
+def _replay(path: Path) -> int:
+    from linattn_verify.errors import InvalidArgument
+    from linattn_verify.failures import replay
+    from linattn_verify.registry import registered_kernels, registered_properties
+
+    try:
+        result = replay(path, properties=registered_properties(), kernels=registered_kernels())
+    except (InvalidArgument, FileNotFoundError, ValueError) as exc:
+        print(f"linattn-verify replay: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(result.report())
+    if result.ok:
+        print(f"\nDoes not reproduce: {result.property} now holds for {result.kernel}.")
+        return EXIT_OK
+    print(f"\nReproduces: {result.property} still fails for {result.kernel}.")
+    return EXIT_FAILED
 
 
 def _list() -> int:
     import torch
-    from linattn_kernels.linear_attn import FORMS, precision_recipes
 
-    for form in FORMS:
-        print(f"triton/{form}: linattn_kernels.linear_attn.{FORMS[form].__name__}")
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            print(f"  {str(dtype).replace('torch.', ''):9s} {precision_recipes[form](dtype)}")
+    from linattn_verify.registry import registered_kernels
+
+    for name, kernel in registered_kernels().items():
+        fn = kernel.fn
+        print(f"{name}: {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}")
+        print(f"  capabilities: {kernel.capabilities}")
+        for dtype in kernel.capabilities.dtypes:
+            print(f"  recipe {dtype:9s} {kernel.precision_recipe(getattr(torch, dtype))}")
     return EXIT_OK
 
 

@@ -12,7 +12,7 @@ import fnmatch
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from importlib import metadata
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -20,6 +20,13 @@ from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Capabilities, Kernel
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.typing import Form
+from linattn_verify.verdict import PropertyResult
+
+if TYPE_CHECKING:
+    from linattn_verify.strategies import ProblemSpec
+
+PropertyFunction = Callable[["ProblemSpec", Kernel], PropertyResult]
+"""A per-kernel property: (case, kernel) -> result."""
 
 FULL = Capabilities(
     normalize=(False, True),
@@ -31,6 +38,7 @@ FULL = Capabilities(
 """Everything the function allows: what our Triton kernels and torch references support."""
 
 ENTRY_POINT_GROUP = "linattn_verify.kernels"
+PROPERTIES_ENTRY_POINT_GROUP = "linattn_verify.properties"
 
 _REGISTERED: dict[str, Kernel] = {}
 _LOADED = False
@@ -133,12 +141,26 @@ def kernels_matching(names: Iterable[str]) -> list[Kernel]:
     return chosen
 
 
+def registered_properties() -> dict[str, PropertyFunction]:
+    """Return the per-kernel properties offered through ``linattn_verify.properties``.
+
+    Each entry point names a callable returning ``{name: property_function}``; the project's own
+    catalogue (`linattn_properties.catalogue`) is one of them.
+    """
+    found: dict[str, PropertyFunction] = {}
+    for entry in metadata.entry_points(group=PROPERTIES_ENTRY_POINT_GROUP):
+        found.update(entry.load()())
+    return found
+
+
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "PROPERTIES_ENTRY_POINT_GROUP",
     "get_kernel",
     "kernels_matching",
     "reference_kernels",
     "register",
     "registered_kernels",
+    "registered_properties",
     "triton_kernels",
 ]

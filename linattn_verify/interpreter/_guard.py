@@ -1,0 +1,108 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Version guards and attribute bookkeeping shared by the interpreter patches.
+
+Every patch replaces private Triton internals. A patch names the Triton versions it was
+written for and the dotted paths it touches; `check` refuses to apply it when either does not
+hold, because a patch that silently stops matching the interpreter would leave a kernel
+running on the very gaps the patch exists to close.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Sequence
+from typing import Any
+
+_MISSING = object()
+
+
+class InterpreterPatchError(RuntimeError):
+    """A patch cannot be applied to the installed Triton (version or internals differ)."""
+
+
+def triton_version() -> tuple[int, int, int]:
+    """Return the installed Triton's ``(major, minor, patch)``; pre-release tags are dropped."""
+    import triton
+
+    parts = [int(p) for p in re.findall(r"\d+", str(triton.__version__))[:3]]
+    parts += [0] * (3 - len(parts))
+    return (parts[0], parts[1], parts[2])
+
+
+def resolve(dotted: str) -> Any:
+    """Return the object at ``dotted`` (``package.module.Class.attribute``).
+
+    Raises:
+        AttributeError: when a part of the path does not exist.
+    """
+    parts = dotted.split(".")
+    obj: Any = None
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            obj = getattr(obj, name)
+        return obj
+    raise AttributeError(f"no importable module in {dotted!r}")
+
+
+def check(
+    patch: str,
+    versions: tuple[tuple[int, int], tuple[int, int]],
+    requires: Sequence[str],
+) -> None:
+    """Refuse a patch whose Triton version range or private internals do not match.
+
+    Args:
+        patch: The patch's name, for the message.
+        versions: ``((major, minor), (major, minor))``: the first version it was written for and
+            the first it was not (half-open range).
+        requires: Dotted paths of the internals it replaces or calls.
+
+    Raises:
+        InterpreterPatchError: naming the patch, the range or the missing internals.
+    """
+    (lo, hi), found = versions, triton_version()
+    if not lo <= found[:2] < hi:
+        raise InterpreterPatchError(
+            f"Interpreter patch {patch!r} was written for triton >={lo[0]}.{lo[1]},"
+            f"<{hi[0]}.{hi[1]} but triton {'.'.join(map(str, found))} is installed. It patches "
+            f"private internals ({', '.join(requires)}); check that they still behave as "
+            "described in the patch's docstring before widening its range."
+        )
+    missing = []
+    for dotted in requires:
+        try:
+            resolve(dotted)
+        except (AttributeError, ImportError):
+            missing.append(dotted)
+    if missing:
+        raise InterpreterPatchError(
+            f"Interpreter patch {patch!r} cannot be applied: triton "
+            f"{'.'.join(map(str, found))} lacks the private internals it needs: "
+            f"{', '.join(missing)}."
+        )
+
+
+class Restorer:
+    """Set attributes and remember the originals so that `restore` can undo them."""
+
+    def __init__(self) -> None:
+        self._changes: list[tuple[object, str, object]] = []
+
+    def set(self, obj: object, name: str, value: object) -> None:
+        """Set ``obj.name = value``, remembering the previous value (or its absence)."""
+        self._changes.append((obj, name, obj.__dict__.get(name, _MISSING)))
+        setattr(obj, name, value)
+
+    def restore(self) -> None:
+        """Undo every `set`, newest first."""
+        while self._changes:
+            obj, name, original = self._changes.pop()
+            if original is _MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, original)

@@ -1,0 +1,89 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""enable/disable/enabled: selection of the interpreter, version guards, idempotence."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from linattn_verify import interpreter
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.interpreter import InterpreterPatchError, _guard, bounds
+
+pytestmark = pytest.mark.interpret
+
+
+@pytest.fixture
+def clean() -> Iterator[None]:
+    """Start with no patch applied and put back whatever was applied before."""
+    before = interpreter.disable()
+    yield
+    interpreter.disable()
+    if before:
+        interpreter.enable(patches=before)
+
+
+def test_enable_sets_triton_interpret_without_cuda(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert interpreter.enable(patches=()) == []
+    assert interpreter.enabled() == []
+    assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+def test_enable_patches_nothing_on_cuda(clean: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert interpreter.enable() == []
+    assert interpreter.enabled() == []
+    assert "TRITON_INTERPRET" not in os.environ
+
+
+def test_enable_is_idempotent_and_disable_restores(clean: None) -> None:
+    from triton.runtime.autotuner import Autotuner
+
+    original = Autotuner.__dict__["_bench"]
+    assert interpreter.enable(patches=["bounds", "autotune"]) == ["autotune", "bounds"]
+    patched = Autotuner.__dict__["_bench"]
+    assert patched is not original
+    assert interpreter.enable(patches=["autotune"]) == ["autotune"]
+    assert Autotuner.__dict__["_bench"] is patched
+    assert interpreter.enabled() == ["autotune", "bounds"]
+    assert interpreter.enable() == list(interpreter.PATCHES)
+    assert interpreter.disable() == list(interpreter.PATCHES)
+    assert Autotuner.__dict__["_bench"] is original
+    assert interpreter.enabled() == []
+
+
+def test_unknown_patch_names_are_rejected(clean: None) -> None:
+    with pytest.raises(InvalidArgument, match="'nope'"):
+        interpreter.enable(patches=["autotune", "nope"])
+    with pytest.raises(InvalidArgument, match="type=str"):
+        interpreter.enable(patches="autotune")
+
+
+def test_version_outside_range_raises(clean: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_guard, "triton_version", lambda: (3, 10, 0))
+    with pytest.raises(
+        InterpreterPatchError, match=r"'autotune' was written for triton >=3\.9,<3\.10"
+    ):
+        interpreter.enable(patches=["autotune"])
+    assert isinstance(InterpreterPatchError("x"), RuntimeError)
+    assert interpreter.enabled() == []
+
+
+def test_missing_internals_raise_and_apply_nothing(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = "triton.runtime.interpreter.InterpreterBuilder.create_no_such_thing"
+    monkeypatch.setattr(bounds, "REQUIRES", (*bounds.REQUIRES, missing))
+    with pytest.raises(InterpreterPatchError, match="'bounds' cannot be applied") as info:
+        interpreter.enable(patches=["autotune", "bounds"])
+    assert missing in str(info.value)
+    # Checked before anything was changed: autotune, listed first, was not applied either.
+    assert interpreter.enabled() == []
