@@ -181,8 +181,11 @@ def compare(
     if res is not None:
         scale = res.numerator_bound + x.abs() * res.denominator_bound
         scale = scale + (res.rounding * x.abs() + res.absolute) * res.denominator.abs()
+        # Where the exact denominator is 0 the value is fixed by convention (0), not by N/Z:
+        # the residual N - x·Z says nothing there (such rows are unverifiable or exactly 0).
+        judged_rows = finite & (res.denominator != 0)
         eta = torch.where(
-            finite, _safe_ratio((res.numerator - x * res.denominator).abs(), scale), 0.0
+            judged_rows, _safe_ratio((res.numerator - x * res.denominator).abs(), scale), 0.0
         )
         max_eta = float(eta.max()) if numel else 0.0
         score = torch.maximum(r, eta)

@@ -109,6 +109,9 @@ class Kernel:
         recipe: Its precision recipe, fixed or as a function of the input dtype.
         form: The algorithm, if known (selects rounding counts). Default: `None`.
         options: Extra keywords passed on every call (e.g. ``{"chunk_size": 32}``).
+        implied_decay: For kernels whose decay is fixed inside them (RetNet's per-head γ), the
+            log decay they apply, as a function of the problem (``[B, T, H]``); the kernel is
+            then called without ``g`` and the oracle uses this g. Default: `None`.
     """
 
     name: str
@@ -117,6 +120,18 @@ class Kernel:
     recipe: Recipe
     form: Form | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    implied_decay: Callable[[Problem], torch.Tensor] | None = None
+
+    def prepare(self, problem: Problem) -> Problem:
+        """Return ``problem`` as this kernel computes it (with its implied decay, if any).
+
+        Every property runs ``kernel.prepare(spec.build())``: for most kernels this is the
+        problem itself; for fixed-decay kernels g is replaced by the decay they apply.
+        """
+        if self.implied_decay is None:
+            return problem
+        g = self.implied_decay(problem)
+        return replace(problem, g=g.to(device=problem.q.device))
 
     def precision_recipe(self, dtype: torch.dtype) -> PrecisionRecipe:
         """Return the recipe for inputs of ``dtype``."""
@@ -173,7 +188,7 @@ class Kernel:
         if cap.configurable:
             kwargs.update(normalize=p.normalize, eps=p.eps, feature_map=p.feature_map)
         args: tuple[Any, ...] = (p.q, p.k, p.v)
-        if p.g is not None:
+        if p.g is not None and self.implied_decay is None:
             args = (*args, p.g)
         return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
 

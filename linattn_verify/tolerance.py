@@ -391,6 +391,9 @@ def backward_bounds(
         out_units = Units.of(recipe, dtype)
         tiny = out_units.out_abs + units.underflow * count * (p.q.shape[1] + 1) * (K + V)
         B = B + out_unit * ref.abs() + tiny
+        # Where the float64 reference itself left the float64 range (ERROR_MODEL.md §6.3) it
+        # certifies nothing: count the element as unverifiable rather than skip it silently.
+        bad = bad | ~torch.isfinite(ref)
         result[name] = TensorBound(
             name="d" + name,
             reference=ref,

@@ -75,6 +75,14 @@ def _sequence(
     z_T = (k * w_to_end[..., None]).sum(dim=1) + total_decay[:, None] * z0
     if problem.normalize:
         Z = P.sum(-1) + s * w_from_start * (q @ z0[..., None])[..., 0] + problem.eps
+        if problem.eps == 0:
+            # N/Z is invariant to scaling a row by a constant; scaling by a power of two near
+            # 1/|Z| is exact and keeps autograd's -N/Z^2 from under- or overflowing.
+            row_scale = torch.exp2(-torch.floor(torch.log2(Z.detach().abs()))).nan_to_num(
+                nan=1.0, posinf=1.0, neginf=1.0
+            )
+            row_scale = torch.where(torch.isfinite(row_scale) & (row_scale > 0), row_scale, 1.0)
+            N, Z = N * row_scale[..., None], Z * row_scale
         zero = Z == 0
         # Rows whose denominator is exactly zero return 0 (semantics.py); the safe divisor keeps
         # autograd free of 0/0 on the discarded branch.

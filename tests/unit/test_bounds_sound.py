@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import example, given, note, target
+from hypothesis import assume, example, given, note, target
 
 from linattn_verify.compare import check_against_oracle
 from linattn_verify.oracles.chunk import chunk_reference
@@ -23,7 +23,7 @@ from linattn_verify.oracles.recurrent import recurrent_reference
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec, problem_specs, random_cotangents
-from linattn_verify.tolerance import cotangent_loss
+from linattn_verify.tolerance import cotangent_loss, forward_bounds
 
 SOUND_LIMIT = 1.0
 """A correct computation must satisfy its rigorous bound: r, η <= 1 (no slack needed)."""
@@ -113,6 +113,26 @@ NASTY = [
         None,
         3,
     ),
+    # Found by the nightly run: an identity normalizer that cancels exactly (Z = 0, N != 0) in
+    # bf16 with large values; the 0/0 convention applies, not the residual test.
+    ProblemSpec(
+        1,
+        14,
+        1,
+        1,
+        1,
+        "bfloat16",
+        "identity",
+        True,
+        0.0,
+        None,
+        "large",
+        "none",
+        False,
+        False,
+        (14,),
+        11327989,
+    ),
     # Varlen with an empty and a length-1 segment, steep decay, fp16.
     ProblemSpec(
         1,
@@ -141,6 +161,7 @@ NASTY = [
 @example(spec=NASTY[1])
 @example(spec=NASTY[2])
 @example(spec=NASTY[3])
+@example(spec=NASTY[4])
 def test_float32_forms_satisfy_the_forward_bound(form: str, spec: ProblemSpec) -> None:
     problem = spec.build()
     note(problem.describe())
@@ -156,10 +177,18 @@ def test_float32_forms_satisfy_the_forward_bound(form: str, spec: ProblemSpec) -
 @given(spec=problem_specs(max_seq_len=24, max_head_dim=6))
 @example(spec=NASTY[0])
 @example(spec=NASTY[3])
+@example(spec=NASTY[4])
 def test_float32_gradients_satisfy_the_gradient_bound(form: str, spec: ProblemSpec) -> None:
     problem = spec.build()
     note(problem.describe())
     fn, recipe = FORMS[form]
+    if problem.normalize:
+        Z = forward_bounds(problem, recipe).tensors["o"].residual.denominator
+        tiny = torch.finfo(torch.float32).tiny
+        # A denominator below fp32's normal range makes 1/Z overflow in any fp32 backward (and
+        # the masked products of these references turn inf into NaN): a range failure of the
+        # subject, not a rounding error, so such problems are outside this property.
+        assume(not bool(((Z != 0) & (Z.abs() < tiny)).any()))
     p32, leaves = replace(problem.to(torch.float32), output_final_state=True).with_grad_leaves()
     do, d_final = random_cotangents(problem, spec.seed + 1)
     o, state = fn(p32)

@@ -1,0 +1,495 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Oracle agreement: a kernel's outputs and gradients lie within the error bound of the oracle.
+
+Also the machinery the other properties share to run a kernel safely: `run_kernel` calls it on
+private copies of the inputs, checks what it returned and turns anything wrong (an exception, a
+wrong type, shape or dtype) into a `KernelFailure` that the properties report as a failed result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from linattn_verify.compare import Verdict, check_against_oracle
+from linattn_verify.feature_maps import apply_feature_map, feature_map_derivative
+from linattn_verify.kernel import Kernel
+from linattn_verify.oracles.parallel import State, parallel_reference
+from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.semantics import Problem
+from linattn_verify.strategies import ProblemSpec, random_cotangents
+from linattn_verify.tolerance import cotangent_loss
+from linattn_verify.verdict import PropertyResult
+
+FinalState = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None
+
+GRADCHECK_EPS = 1e-6
+"""Finite-difference step of the gradcheck, in units of each input's scale (see below)."""
+
+GRADCHECK_MAX_KAPPA = 1e3
+"""Largest denominator condition number M^Z/|Z| of a normalized row that gradcheck judges.
+
+Central differences of N/Z err by about (eps κ)^2 relatively, and their roundoff by u κ / eps;
+beyond κ ~ 1e3 the finite differences, not the reference, would decide the outcome."""
+
+
+class KernelFailure(Exception):
+    """A kernel raised, or returned something that breaks the calling convention."""
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """What one kernel call produced (detached).
+
+    Attributes:
+        o: Output ``[B, T, H, V]``.
+        final_state: `None`, S_T ``[N, H, K, V]``, or ``(S_T, z_T)`` for normalized problems.
+        grads: Gradients by input name (`linattn_verify.tolerance.GRADIENT_NAMES`), or `None`
+            when no backward pass was run.
+    """
+
+    o: torch.Tensor
+    final_state: FinalState
+    grads: dict[str, torch.Tensor | None] | None = None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Return every produced tensor under the names of the bounds (``o``, ``dq``, ...)."""
+        named: dict[str, torch.Tensor] = {"o": self.o}
+        if isinstance(self.final_state, tuple):
+            named["final_state"], named["final_key_sum"] = self.final_state
+        elif self.final_state is not None:
+            named["final_state"] = self.final_state
+        for key, grad in (self.grads or {}).items():
+            if grad is not None:
+                named["d" + key] = grad
+        return named
+
+
+def kernel_recipe(kernel: Kernel, dtype: torch.dtype) -> PrecisionRecipe:
+    """Return ``kernel``'s precision recipe for inputs of ``dtype``.
+
+    A ``chunk_size=`` call option (`Kernel.with_options`) overrides the declared recipe's
+    chunk size: the rounding counts of the chunked form depend on the C the kernel runs with.
+    """
+    recipe = kernel.precision_recipe(dtype)
+    chunk_size = kernel.options.get("chunk_size")
+    if isinstance(chunk_size, int) and not isinstance(chunk_size, bool):
+        recipe = replace(recipe, chunk_size=chunk_size)
+    return recipe
+
+
+def with_effective_eps(problem: Problem, recipe: PrecisionRecipe) -> Problem:
+    """Return ``problem`` with eps as the kernel adds it (rounded to the recipe's eps dtype)."""
+    return replace(problem, eps=recipe.effective_eps(problem.eps))
+
+
+def _check_state(problem: Problem, state: Any, what: str) -> FinalState:
+    N, H, K, V = problem.num_sequences, problem.q.shape[2], problem.q.shape[3], problem.v.shape[-1]
+    expected = [("S_T", (N, H, K, V))] + ([("z_T", (N, H, K))] if problem.normalize else [])
+    if state is None:
+        raise KernelFailure(f"{what} returned no final state although output_final_state=True.")
+    parts = list(state) if isinstance(state, tuple | list) else [state]
+    if len(parts) != len(expected):
+        layout = "a pair (S_T, z_T)" if problem.normalize else "one tensor S_T"
+        raise KernelFailure(f"{what} returned final_state={_kind(state)}, expected {layout}.")
+    for (name, shape), part in zip(expected, parts, strict=True):
+        if not isinstance(part, torch.Tensor) or not part.dtype.is_floating_point:
+            raise KernelFailure(f"{what} returned {name}={_kind(part)}, expected a float tensor.")
+        if tuple(part.shape) != shape:
+            raise KernelFailure(
+                f"{what} returned {name} of shape {tuple(part.shape)}, expected {shape}."
+            )
+    return (parts[0], parts[1]) if problem.normalize else parts[0]
+
+
+def _kind(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"Tensor{tuple(x.shape)}:{str(x.dtype).replace('torch.', '')}"
+    return type(x).__name__
+
+
+def _detach(state: FinalState) -> FinalState:
+    if isinstance(state, tuple):
+        return (state[0].detach(), state[1].detach())
+    return None if state is None else state.detach()
+
+
+def _same_layout(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Return ``x``'s values with ``like``'s strides and storage offset (differentiably).
+
+    The storage around a strided ``like`` is filled with NaN, so a kernel that reads outside the
+    view reads NaN (as `linattn_verify.strategies` poisons sliced layouts).
+    """
+    if like.is_contiguous() and like.storage_offset() == 0:
+        return x
+    extent = 1 + sum((n - 1) * abs(st) for n, st in zip(like.shape, like.stride(), strict=True))
+    size = like.storage_offset() + (extent if like.numel() else 0)
+    buffer = torch.full((size,), torch.nan, dtype=x.dtype, device=x.device)
+    view = buffer.as_strided(like.shape, like.stride(), like.storage_offset())
+    return view.copy_(x)
+
+
+def run_kernel(
+    kernel: Kernel,
+    problem: Problem,
+    *,
+    cotangents: tuple[torch.Tensor, Any] | None = None,
+) -> KernelRun:
+    """Call ``kernel`` on private copies of ``problem``'s inputs; optionally run backward.
+
+    Args:
+        kernel: The kernel under test.
+        problem: The problem; its tensors are cloned, so a kernel that writes to its inputs
+            cannot change what the oracle sees.
+        cotangents: ``(do, d_final_state)`` to backpropagate through
+            `linattn_verify.tolerance.cotangent_loss`, or `None` for a forward run only.
+            Default: `None`.
+
+    Returns:
+        The `KernelRun`, its tensors detached.
+
+    Raises:
+        KernelFailure: the kernel (forward or backward) raised, or returned a wrong type, shape
+            or dtype; the message says which and what was expected.
+    """
+    what = kernel.name
+    p, leaves = problem.with_grad_leaves()
+    if cotangents is None:
+        for leaf in leaves.values():
+            leaf.requires_grad_(False)
+    # Under the Triton interpreter the kernel's arithmetic is numpy's, which warns on overflow,
+    # division by zero and invalid operations (errors under `-W error`); a GPU computes the same
+    # IEEE results silently. The results, inf and NaN included, are judged by the property.
+    quiet = np.errstate(all="ignore")
+    try:
+        with quiet, torch.set_grad_enabled(cotangents is not None):
+            # The kernel sees the memory layout of the problem's own tensors (strided views of
+            # NaN-poisoned buffers included), built differentiably from the leaves.
+            p = replace(
+                p,
+                q=_same_layout(p.q, problem.q),
+                k=_same_layout(p.k, problem.k),
+                v=_same_layout(p.v, problem.v),
+                g=None if p.g is None or problem.g is None else _same_layout(p.g, problem.g),
+            )
+            result = kernel.call(p)
+    except Exception as exc:  # the kernel under test may raise anything
+        raise KernelFailure(f"{what} raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        raise KernelFailure(f"{what} returned {_kind(result)}, expected a pair (o, final_state).")
+    o, final = result
+    if not isinstance(o, torch.Tensor) or tuple(o.shape) != tuple(problem.v.shape):
+        raise KernelFailure(
+            f"{what} returned o={_kind(o)}, expected a tensor of shape {tuple(problem.v.shape)}."
+        )
+    if o.dtype != problem.q.dtype:
+        raise KernelFailure(f"{what} returned o of dtype {o.dtype}, expected {problem.q.dtype}.")
+    final = _check_state(problem, final, what) if problem.output_final_state else None
+    grads: dict[str, torch.Tensor | None] | None = None
+    if cotangents is not None:
+        do, d_final = cotangents
+        try:
+            with np.errstate(all="ignore"):
+                loss = cotangent_loss(o, final, do, d_final)
+                values = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        except Exception as exc:
+            raise KernelFailure(f"{what} backward raised {type(exc).__name__}: {exc}") from None
+        grads = dict(zip(leaves, values, strict=True))
+    return KernelRun(o=o.detach(), final_state=_detach(final), grads=grads)
+
+
+def make_result(
+    prop: str,
+    kernel: str,
+    spec: ProblemSpec,
+    *,
+    ok: bool = True,
+    message: str = "",
+    scores: Mapping[str, float] | None = None,
+    worst_index: tuple[int, ...] | None = None,
+    skipped: str | None = None,
+) -> PropertyResult:
+    """Build a `PropertyResult` whose case is the spec's one-line repro."""
+    return PropertyResult(
+        property=prop,
+        kernel=kernel,
+        case=spec.describe(),
+        ok=ok,
+        message=message,
+        scores=dict(scores or {}),
+        worst_index=worst_index,
+        skipped=skipped,
+    )
+
+
+def _verdict_result(
+    prop: str, kernel: Kernel, spec: ProblemSpec, verdict: Verdict
+) -> PropertyResult:
+    scores: dict[str, float] = {}
+    for c in verdict.comparisons:
+        scores[f"{c.name}.max_r"] = c.max_r
+        scores[f"{c.name}.max_rho"] = c.max_rho
+        if c.max_eta is not None:
+            scores[f"{c.name}.max_eta"] = c.max_eta
+    worst = verdict.worst
+    summary = "" if worst is None else f"worst: {worst.summary()}"
+    return make_result(
+        prop,
+        kernel.name,
+        spec,
+        ok=verdict.ok,
+        message=summary if verdict.ok else verdict.report(),
+        scores=scores,
+        worst_index=None if worst is None else worst.worst_index,
+    )
+
+
+def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
+    """Check the forward pass against the float64 oracle.
+
+    For every element x of o (and of S_T, z_T when the case asks for the final state), with x̂
+    the kernel's value, x the oracle's and B the bound of the kernel's precision recipe:
+
+        r = |x̂ - x| / B <= 2 on verifiable elements,  η <= 2 (normalized o),
+        and x̂ finite wherever x is finite and representable.
+
+    Scores: ``"<tensor>.max_r"``, ``"<tensor>.max_rho"`` (and ``"o.max_eta"`` when normalized).
+
+    Args:
+        spec: The case.
+        kernel: The kernel under test.
+
+    Returns:
+        The `PropertyResult` (skipped when the kernel does not support the case).
+    """
+    name = "outputs_match_oracle"
+    problem = spec.build()
+    reason = kernel.supports(problem)
+    if reason is not None:
+        return make_result(name, kernel.name, spec, skipped=reason)
+    recipe = kernel_recipe(kernel, problem.q.dtype)
+    try:
+        run = run_kernel(kernel, problem)
+    except KernelFailure as exc:
+        return make_result(name, kernel.name, spec, ok=False, message=str(exc))
+    verdict = check_against_oracle(problem, run.o, run.final_state, recipe=recipe, name=kernel.name)
+    return _verdict_result(name, kernel, spec, verdict)
+
+
+def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
+    """Check the backward pass against autograd of the float64 oracle.
+
+    With the final state requested and normal cotangents (do, dS_T, dz_T) drawn from
+    ``spec.seed + 1``, the loss L = <o, do> + <S_T, dS_T> + <z_T, dz_T>; for every element of
+    ∂L/∂q, ∂L/∂k, ∂L/∂v, ∂L/∂g, ∂L/∂S_0 and ∂L/∂z_0 that exists:
+
+        r = |x̂ - x| / B <= 2 on verifiable elements (B from `backward_bounds`),
+
+    and the forward tensors as in `outputs_match_oracle`.
+
+    Args:
+        spec: The case.
+        kernel: The kernel under test.
+
+    Returns:
+        The `PropertyResult` (skipped without backward support or for unsupported cases).
+    """
+    name = "gradients_match_oracle"
+    if not kernel.capabilities.backward:
+        return make_result(name, kernel.name, spec, skipped=f"{kernel.name}: no backward")
+    problem = spec.build()
+    problem = replace(problem, output_final_state=kernel.capabilities.final_state)
+    reason = kernel.supports(problem)
+    if reason is not None:
+        return make_result(name, kernel.name, spec, skipped=reason)
+    recipe = kernel_recipe(kernel, problem.q.dtype)
+    do, d_final = random_cotangents(problem, spec.seed + 1)
+    if not problem.output_final_state:
+        d_final = None
+    try:
+        run = run_kernel(kernel, problem, cotangents=(do, d_final))
+    except KernelFailure as exc:
+        return make_result(name, kernel.name, spec, ok=False, message=str(exc))
+    verdict = check_against_oracle(
+        problem,
+        run.o,
+        run.final_state,
+        recipe=recipe,
+        grads=run.grads,
+        do=do,
+        d_final_state=d_final,
+        name=kernel.name,
+    )
+    return _verdict_result(name, kernel, spec, verdict)
+
+
+def _power_of_two_scale(x: torch.Tensor) -> float:
+    """The power of two nearest max|x| (1 for an all-zero tensor): dividing by it is exact.
+
+    The exponent stays within ±1000 so that the scale and its inverse (which autograd applies)
+    are normal float64 numbers; subnormal values are not rescaled further.
+    """
+    top = float(x.abs().max()) if x.numel() else 0.0
+    if top == 0 or not math.isfinite(top):
+        return 1.0
+    return 2.0 ** min(max(round(math.log2(top)), -1000), 1000)
+
+
+def _denominator_condition(problem: Problem, scales: Mapping[str, float]) -> torch.Tensor:
+    """κ_t = M^Z_t / |Z_t| per row ``[B, T, H]`` (inf where Z_t = 0) of a normalized problem.
+
+    Z - eps is the unnormalized output of the same problem with v = 1 and S_0 = z_0. M^Z is the
+    same with every factor x replaced by |φ(x)| + c_x |φ'(x)| (and |z_0| + c_z0, |s|): it bounds
+    how much Z moves, relative to itself, when an input moves by its finite-difference step
+    (c_x GRADCHECK_EPS), including inputs that are exactly 0.
+    """
+    ones = torch.ones(*problem.q.shape[:3], 1, dtype=problem.q.dtype)
+    z0 = problem.initial_key_sum
+    plain = replace(
+        problem,
+        v=ones,
+        normalize=False,
+        eps=0.0,
+        initial_state=None if z0 is None else z0[..., None],
+        initial_key_sum=None,
+        output_final_state=False,
+    )
+
+    def reach(name: str, x: torch.Tensor) -> torch.Tensor:
+        phi = apply_feature_map(x, problem.feature_map).abs()
+        return phi + scales.get(name, 0.0) * feature_map_derivative(x, problem.feature_map).abs()
+
+    absolute = replace(
+        plain,
+        q=reach("q", problem.q),
+        k=reach("k", problem.k),
+        feature_map="identity",
+        scale=abs(problem.scale),
+        initial_state=(
+            None if z0 is None else (z0.abs() + scales.get("initial_key_sum", 0.0))[..., None]
+        ),
+    )
+    Z = parallel_reference(plain)[0][..., 0] + problem.eps
+    M = parallel_reference(absolute)[0][..., 0] + problem.eps
+    return torch.where(Z == 0, torch.inf, M / Z.abs())
+
+
+def float64_path_passes_gradcheck(
+    spec: ProblemSpec,
+    *,
+    reference: Callable[[Problem], tuple[torch.Tensor, State]] = parallel_reference,
+) -> PropertyResult:
+    """Check the float64 reference's autograd gradients against finite differences.
+
+    `torch.autograd.gradcheck` (fast mode: random directions u, w; w^T J u by autograd and by
+    central differences must agree to atol 1e-5 + rtol 1e-3) of x -> (o, S_T, z_T) w.r.t. q, k,
+    v, g and the initial state (S_0, z_0), in float64, at the spec's problem.
+
+    Gradcheck's tolerances are absolute, so every input x is reparametrized as x = c_x x' and
+    every output y reported as y / c_y, with c the power of two nearest max|x| (exact, and the
+    Jacobian only rescales). Points where the function is not differentiable are not judged,
+    with the reason in the message: q or k (relu only) when a coordinate lies within the step of
+    the kink at 0, and normalized rows whose denominator is 0 or has condition M^Z/|Z| >
+    `GRADCHECK_MAX_KAPPA` (those rows are left out of o).
+
+    Args:
+        spec: The case (its dtype only selects the rounded inputs; the check runs in float64).
+        reference: The float64 path under test. Default: `parallel_reference`.
+
+    Returns:
+        The `PropertyResult` for kernel ``"oracle/float64"``.
+    """
+    name, kernel_name = "float64_path_passes_gradcheck", "oracle/float64"
+    problem = replace(spec.build().to(torch.float64), output_final_state=True)
+    inputs = problem.inputs()
+    notes: list[str] = []
+    scales = {n: _power_of_two_scale(x) for n, x in inputs.items()}
+    if problem.feature_map == "relu":
+        for n in ("q", "k"):
+            if bool((inputs[n].abs() <= 2 * GRADCHECK_EPS * scales[n]).any()):
+                del inputs[n]
+                notes.append(f"{n} left out: a coordinate within the step of relu's kink at 0")
+    if not inputs:
+        return make_result(name, kernel_name, spec, skipped="; ".join(notes))
+    tiny = torch.finfo(torch.float64).tiny
+    for n in ("q", "k"):
+        features = apply_feature_map(getattr(problem, n), problem.feature_map).abs()
+        if bool(((features > 0) & (features < tiny)).any()):
+            # float64 is a sufficient oracle only inside its normal range (ERROR_MODEL.md §6.3);
+            # elu1 of x < -708 is subnormal there, and its products lose all relative accuracy.
+            return make_result(
+                name,
+                kernel_name,
+                spec,
+                skipped=f"φ({n}) has values below float64's normal range",
+            )
+    rows = torch.ones(problem.q.shape[:3], dtype=torch.bool)
+    if problem.normalize:
+        perturbed = {n: scales[n] for n in inputs}
+        rows = _denominator_condition(problem, perturbed) <= GRADCHECK_MAX_KAPPA
+        if not bool(rows.all()):
+            notes.append(
+                f"{int((~rows).sum())} of {rows.numel()} normalized rows left out: denominator "
+                f"zero or ill-conditioned (κ > {GRADCHECK_MAX_KAPPA:g})"
+            )
+    names = list(inputs)
+
+    def outputs(p: Problem) -> list[torch.Tensor]:
+        o, final = reference(p)
+        parts = list(final) if isinstance(final, tuple) else [final]
+        judged = [o[rows]] if bool(rows.any()) else []
+        return [*judged, *(x for x in parts if x is not None)]
+
+    try:
+        out_scales = [_power_of_two_scale(y) for y in outputs(problem)]
+    except Exception as exc:
+        return make_result(name, kernel_name, spec, ok=False, message=f"reference raised {exc!r}")
+
+    def f(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        moved = {n: x * scales[n] for n, x in zip(names, xs, strict=True)}
+        ys = outputs(replace(problem, **moved))  # type: ignore[arg-type]
+        return tuple(y / c for y, c in zip(ys, out_scales, strict=True))
+
+    leaves = tuple((inputs[n] / scales[n]).requires_grad_(True) for n in names)
+    with torch.random.fork_rng(devices=[]):
+        # Fast mode draws its random directions from the global generator: seed it so the
+        # property stays a pure function of the spec.
+        torch.manual_seed(spec.seed)
+        try:
+            torch.autograd.gradcheck(
+                f, leaves, eps=GRADCHECK_EPS, atol=1e-5, rtol=1e-3, fast_mode=True
+            )
+        except Exception as exc:  # GradcheckError, or the reference raising
+            message = "\n".join(
+                [
+                    f"gradcheck of the float64 path failed w.r.t. {names} "
+                    f"(outputs: o, S_T{', z_T' if problem.normalize else ''}):",
+                    f"{type(exc).__name__}: {exc}",
+                    *notes,
+                    f"problem: {problem.describe()}",
+                ]
+            )
+            return make_result(name, kernel_name, spec, ok=False, message=message)
+    summary = f"gradcheck passed w.r.t. {names}" + "".join(f"; {n}" for n in notes)
+    excluded = float((~rows).sum()) / max(rows.numel(), 1)
+    return make_result(name, kernel_name, spec, message=summary, scores={"excluded_rows": excluded})
+
+
+__all__ = [
+    "GRADCHECK_EPS",
+    "GRADCHECK_MAX_KAPPA",
+    "KernelFailure",
+    "KernelRun",
+    "float64_path_passes_gradcheck",
+    "gradients_match_oracle",
+    "kernel_recipe",
+    "make_result",
+    "outputs_match_oracle",
+    "run_kernel",
+    "with_effective_eps",
+]
