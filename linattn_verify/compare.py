@@ -181,9 +181,11 @@ def compare(
     if res is not None:
         scale = res.numerator_bound + x.abs() * res.denominator_bound
         scale = scale + (res.rounding * x.abs() + res.absolute) * res.denominator.abs()
-        # Where the exact denominator is 0 the value is fixed by convention (0), not by N/Z:
-        # the residual N - x·Z says nothing there (such rows are unverifiable or exactly 0).
-        judged_rows = finite & (res.denominator != 0)
+        # Where the exact denominator is 0 the value is fixed by convention (0), not by N/Z: the
+        # residual N - x·Z says nothing there. Nor does it where the kernel returned that
+        # convention's 0 for a denominator its rounding may have zeroed (|Z| <= B^Z).
+        may_vanish = (x == 0) & (res.denominator.abs() <= res.denominator_bound)
+        judged_rows = finite & (res.denominator != 0) & ~may_vanish
         eta = torch.where(
             judged_rows, _safe_ratio((res.numerator - x * res.denominator).abs(), scale), 0.0
         )

@@ -27,4 +27,14 @@ def feature_map_derivative(x: torch.Tensor, feature_map: FeatureMap) -> torch.Te
     return torch.where(x > 0, torch.ones_like(x), torch.exp(torch.clamp(x, max=0)))
 
 
-__all__ = ["apply_feature_map", "feature_map_derivative"]
+def vanishes(denominator: torch.Tensor) -> torch.Tensor:
+    """Whether a normalizer counts as zero: below the smallest normal number of its dtype.
+
+    In a computation of a given precision such a denominator cannot be certified (its underflow
+    error alone exceeds it) and its reciprocal overflows, so the zero-denominator convention of
+    `linattn_verify.semantics` applies to it. In float64 this only moves exact zeros by 2^-1022.
+    """
+    return denominator.abs() < torch.finfo(denominator.dtype).tiny
+
+
+__all__ = ["apply_feature_map", "feature_map_derivative", "vanishes"]

@@ -157,7 +157,7 @@ class Kernel:
                 not problem.normalize or cap.configurable or problem.eps == cap.eps,
                 f"eps={problem.eps} differs from the kernel's eps={cap.eps}",
             ),
-            (problem.g is None or cap.decay, "no decay support"),
+            (problem.g is None or cap.decay or self.implied_decay is not None, "no decay support"),
             (problem.cu_seqlens is None or cap.varlen, "no varlen support"),
             (problem.initial_state is None or cap.initial_state, "no initial-state support"),
             (not problem.output_final_state or cap.final_state, "no final-state output"),

@@ -66,6 +66,10 @@ def float32_reference(form: Form) -> Callable[..., tuple[torch.Tensor, Any]]:
         output_final_state: bool = False,
         cu_seqlens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
+        # Like most kernels (FLA's input_guard), work on contiguous copies: torch's reductions
+        # would otherwise follow the input strides and round differently per layout.
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        g = None if g is None else g.contiguous()
         problem = validate_problem(
             q,
             k,

@@ -19,7 +19,10 @@ Conventions fixed here, which every oracle and our kernels share:
   `linattn_verify.recipe.PrecisionRecipe.effective_eps`).
 * A normalized row whose denominator s φ(q_t)^T z_t + eps is exactly zero returns 0. With
   φ >= 0 and eps = 0 this is the row whose every feature product vanishes (its numerator is
-  then exactly zero too), the 0/0 case; the exact result is defined to be 0 there.
+  then exactly zero too), the 0/0 case; the exact result is defined to be 0 there. A
+  computation in a given precision treats a denominator below that format's smallest normal
+  number as zero too (`linattn_verify.feature_maps.vanishes`): its reciprocal would overflow,
+  and no rounding analysis can certify such a row (it is *unverifiable* in the error model).
 * The final state is S_T (and z_T when normalized), per sequence.
 * With ``cu_seqlens`` (int, ``[N+1]``, B == 1) the T axis packs N sequences; the state restarts
   at every boundary and ``initial_state`` has N rows.

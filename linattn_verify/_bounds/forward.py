@@ -46,9 +46,10 @@ def forward_sequence(
     A = seq.q_feat @ seq.k_feat.transpose(-1, -2)
     N = p.scale * ((W_tok * A) @ seq.v + w0[..., None] * (seq.q_feat @ seq.S0))
     M_N = s * ((W_tok * absA) @ va + w0[..., None] * qS0a)
+    Wa_tok, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]  # absolute weight errors (underflow)
     B_N = s * (
-        ((U_tok * W_tok * absA) + W_tok * Ephi) @ va
-        + (U0 * w0)[..., None] * qS0a
+        ((U_tok * W_tok * absA) + W_tok * Ephi + Wa_tok * absA) @ va
+        + (U0 * w0 + Wa0)[..., None] * qS0a
         + w0[..., None] * (seq.q_err @ S0a)
     )
     max_count = torch.where(seq.causal, count, 0.0).amax(-1).to(N.dtype)  # [L]
@@ -57,8 +58,9 @@ def forward_sequence(
     # normal each), and tiny values lost to casts of P (per term) or of the state (per feature).
     terms = torch.arange(2, L + 2, dtype=N.dtype, device=N.device)  # t tokens + the state
     underflow = (u.underflow * terms * max_count)[None, :, None]  # [1, L, 1]
-    cast_row = u.cast_abs * s * qa.sum(-1, keepdim=True)  # [H, L, 1]
-    B_N = B_N + underflow + cast_row + u.cast_abs * (W_tok > 0).to(N.dtype) @ va
+    lost = u.lost_intermediate
+    cast_row = lost * s * qa.sum(-1, keepdim=True)  # [H, L, 1]
+    B_N = B_N + underflow + cast_row + lost * (W_tok > 0).to(N.dtype) @ va
     out: dict[str, torch.Tensor] = {}
     if p.normalize:
         Zsum = p.scale * ((W_tok * A).sum(-1) + w0 * (seq.q_feat * seq.z0[:, None, :]).sum(-1))
@@ -67,12 +69,12 @@ def forward_sequence(
         B_Z = (
             s
             * (
-                ((U_tok * W_tok * absA) + W_tok * Ephi).sum(-1)
-                + U0 * w0 * qz0a
+                ((U_tok * W_tok * absA) + W_tok * Ephi + Wa_tok * absA).sum(-1)
+                + (U0 * w0 + Wa0) * qz0a
                 + w0 * (seq.q_err * z0a[:, None, :]).sum(-1)
             )
         )[..., None] + u.acc * Z.abs()
-        B_Z = B_Z + underflow + cast_row + u.cast_abs * terms[None, :, None]
+        B_Z = B_Z + underflow + cast_row + lost * terms[None, :, None]
         exact_zero = M_Z == 0  # every term vanishes: the 0/0 row, whose value is exactly 0
         o = torch.where(Z == 0, torch.zeros_like(N), N / torch.where(Z == 0, 1, Z))
         good = (Z.abs() / 2 > B_Z) | exact_zero
@@ -115,16 +117,17 @@ def forward_sequence(
     z_T = kw.sum(1) + wE[:, :1] * seq.z0
     kaw = ka * wE[:, 1:, None]
     M_S = kaw.transpose(-1, -2) @ va + wE[:, :1, None] * S0a
+    WEa = seq.W_end_abs  # [1, L+1] absolute weight errors (underflow)
     B_S = (
-        (kaw * U_S[:, 1:, None]).transpose(-1, -2) @ va
+        (kaw * U_S[:, 1:, None] + ka * WEa[:, 1:, None]).transpose(-1, -2) @ va
         + (seq.k_err * wE[:, 1:, None]).transpose(-1, -2) @ va
-        + (U_S[:, :1] * wE[:, :1])[..., None] * S0a
+        + (U_S[:, :1] * wE[:, :1] + WEa[:, :1])[..., None] * S0a
     )
     M_z = kaw.sum(1) + wE[:, :1] * z0a
     B_z = (
-        (kaw * U_S[:, 1:, None]).sum(1)
+        (kaw * U_S[:, 1:, None] + ka * WEa[:, 1:, None]).sum(1)
         + (seq.k_err * wE[:, 1:, None]).sum(1)
-        + (U_S[:, :1] * wE[:, :1]) * z0a
+        + (U_S[:, :1] * wE[:, :1] + WEa[:, :1]) * z0a
     )
     underflow_S = u.underflow * (L + 1) * count_S.max()
     out.update(

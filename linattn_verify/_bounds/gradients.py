@@ -108,6 +108,10 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     if seq.L:
         M_dG[:, -1] += F.sum(-1) + F0
         B_dG[:, -1] += F_err.sum(-1) + F0 * US0
+    B_dqf, B_dkf, B_dG = _add_lost_intermediates(out, f, ct, R, zeta, do_o, B_dqf, B_dkf, B_dG)
+    B_dqf, B_dkf, B_dG = _add_weight_underflow(
+        out, f, ct, R, R0, zeta, do_o, final_k, final_v, B_dqf, B_dkf, B_dG
+    )
     out["M_g"] = reverse_cumsum(M_dG)
     steps = torch.arange(seq.L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)
     out["B_g"] = reverse_cumsum(B_dG) + u.acc * steps * out["M_g"]
@@ -127,6 +131,104 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     out["bad_S0"] = (bad & (w0 > 0)).any(-1)  # [H]
     out["count"] = (count.max() if count.numel() else torch.zeros((), dtype=Ub.dtype)).expand(1)
     return out
+
+
+def _add_weight_underflow(
+    out: dict[str, torch.Tensor],
+    f: ForwardPieces,
+    ct: Cotangents,
+    R: torch.Tensor,
+    R0: torch.Tensor,
+    zeta: torch.Tensor,
+    do_o: torch.Tensor,
+    final_k: torch.Tensor,
+    final_v: torch.Tensor,
+    B_dqf: torch.Tensor,
+    B_dkf: torch.Tensor,
+    B_dG: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Add the absolute error of decay weights that underflow (`SequenceTerms.W_abs`).
+
+    Each gradient term carries one weight; its absolute error times the term's other factors is
+    the magnitude computation with the weights replaced by their absolute errors.
+    """
+    seq, s = f.seq, f.seq.scale
+    Wa, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]
+    WEa, WEa0 = seq.W_end_abs[:, 1:], seq.W_end_abs[:, 0]
+    qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
+    doa, dSa, dza = ct.do.abs(), ct.dS.abs(), ct.dz.abs()
+    absA = qa @ ka.transpose(-1, -2)
+    WaR = Wa * R
+    B_dqf = B_dqf + s * (WaR @ ka + Wa0[..., None] * R0)
+    B_dkf = B_dkf + s * WaR.transpose(-1, -2) @ qa + WEa[..., None] * final_k
+    out["B_v"] = out["B_v"] + (s * Wa * absA * zeta).transpose(-1, -2) @ doa
+    out["B_v"] = out["B_v"] + WEa[..., None] * final_v
+    q_weight = s * qa * (Wa0 * zeta[..., 0])[..., None]
+    out["B_S0"] = out["B_S0"] + q_weight.transpose(-1, -2) @ doa + WEa0[:, None, None] * dSa
+    out["B_z0"] = out["B_z0"] + (q_weight * do_o[..., None]).sum(1) + WEa0[:, None] * dza
+    Qa = s * Wa * absA * R
+    B_dG = B_dG + Qa.sum(-1) + Qa.sum(-2) + s * Wa0 * (qa * R0).sum(-1)
+    # dz_T is zero for unnormalized problems, so the key-sum pairing adds nothing there.
+    F = WEa * ((final_v * va).sum(-1) + (ka * dza[:, None, :]).sum(-1))
+    B_dG = B_dG + F
+    if seq.L:
+        B_dG[..., -1] = B_dG[..., -1] + F.sum(-1)
+    return B_dqf, B_dkf, B_dG
+
+
+def _add_lost_intermediates(
+    out: dict[str, torch.Tensor],
+    f: ForwardPieces,
+    ct: Cotangents,
+    R: torch.Tensor,
+    zeta: torch.Tensor,
+    do_o: torch.Tensor,
+    B_dqf: torch.Tensor,
+    B_dkf: torch.Tensor,
+    B_dG: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Add the absolute error of casts whose result underflows the intermediate dtype.
+
+    A partial product that underflows or is cast to the intermediate dtype loses up to
+    `Units.lost_intermediate` absolutely (as in the forward bound), whichever factor of a
+    product it was; each term is charged that loss times the other factor, for each factor.
+    """
+    seq, c, s = f.seq, f.seq.units.lost_intermediate, f.seq.scale
+    qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
+    S0a, doa, dSa = seq.S0.abs(), ct.do.abs(), ct.dS.abs()
+    W_tok, w0, wE, wE0 = seq.W[..., 1:], seq.W[..., 0], seq.W_end[:, 1:], seq.W_end[:, 0]
+    mask = (W_tok > 0).to(R.dtype)
+    rowsum_do = doa.sum(-1, keepdim=True)  # [H, L, 1]
+    C_dqf = (
+        c
+        * s
+        * (
+            (W_tok * R).sum(-1, keepdim=True)
+            + mask @ ka
+            + w0[..., None] * zeta * (rowsum_do + S0a.sum(-1)[:, None, :])
+        )
+    )
+    C_dkf = c * s * ((W_tok * R).sum(-2)[..., None] + mask.transpose(-1, -2) @ qa) + c * wE[
+        ..., None
+    ] * (va.sum(-1, keepdim=True) + dSa.sum(-1)[:, None, :])
+    absA = qa @ ka.transpose(-1, -2)
+    out["B_v"] = out["B_v"] + c * (
+        mask.transpose(-1, -2) @ doa
+        + (s * W_tok * absA * zeta).sum(-2)[..., None]
+        + wE[..., None] * (ka.sum(-1, keepdim=True) + dSa.sum(-2)[:, None, :])
+    )
+    started = (w0 > 0).to(R.dtype)  # [H, L]
+    q_weight = s * qa * (w0 * zeta[..., 0])[..., None]  # [H, L, K]
+    out["B_S0"] = out["B_S0"] + c * (
+        (started[..., None] * doa).sum(1)[:, None, :]
+        + q_weight.sum(1)[..., None]
+        + wE0[:, None, None]
+    )
+    out["B_z0"] = out["B_z0"] + c * (
+        (started * do_o).sum(-1)[:, None] + q_weight.sum(1) + wE0[:, None]
+    )
+    C_dG = (qa * C_dqf).sum(-1) + (ka * C_dkf).sum(-1) + c * seq.K
+    return B_dqf + C_dqf, B_dkf + C_dkf, B_dG + C_dG
 
 
 def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:

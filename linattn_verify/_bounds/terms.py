@@ -39,6 +39,17 @@ class Units:
     out_abs: float  # absolute error of rounding a result below the output dtype's normal range
     cast_abs: float  # the same for one cast to the intermediate dtype, times casts on a path
 
+    @property
+    def lost_intermediate(self) -> float:
+        """Absolute error of an intermediate product lost to underflow or a cast.
+
+        A partial product of a term (w·dP, P·ζ, q·e^G, ...) that underflows, or that is cast to
+        the intermediate dtype, loses up to this much before the term's remaining factors
+        multiply it; four such partial products per term cover every evaluation order of the
+        (at most five-factor) terms here.
+        """
+        return self.cast_abs + 4 * self.underflow
+
     @staticmethod
     def of(recipe: PrecisionRecipe, dtype: torch.dtype) -> Units:
         name = dtype_name(dtype)
@@ -166,6 +177,12 @@ class SequenceTerms:
         else:
             self.eps_w = torch.zeros(1, L, L + 1, dtype=f64, device=dev)
             self.eps_w_end = torch.zeros(1, L + 1, dtype=f64, device=dev)
+        # A decay weight that underflows loses up to one smallest normal per exp or product
+        # that forms it, whatever its relative error: an absolute error, amplified by the
+        # term's other factors (|A| |v| can be huge). At most t - j + 2 such operations.
+        lam = self.units.underflow * dec
+        self.W_abs = torch.where(causal, lam * (tt - jj + 2), 0.0)[None]  # [1, L, L+1]
+        self.W_end_abs = (lam * (Lf - j.to(f64) + 2))[None]  # [1, L+1]
 
     def _forms(
         self, *, parallel: torch.Tensor, chunk: torch.Tensor, recurrent: torch.Tensor

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map
+from linattn_verify.feature_maps import apply_feature_map, vanishes
 from linattn_verify.oracles.parallel import State
 from linattn_verify.semantics import Problem
 
@@ -111,7 +111,7 @@ def _sequence(
             z = total * z + kw.sum(dim=1)
         if problem.normalize:
             Zc = Zc + problem.eps
-            zero = Zc == 0
+            zero = vanishes(Zc)
             # Rows whose denominator is exactly zero return 0 (semantics.py); the safe divisor
             # keeps autograd free of 0/0 on the discarded branch.
             oc = torch.where(

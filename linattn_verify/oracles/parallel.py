@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from linattn_verify.feature_maps import apply_feature_map
+from linattn_verify.feature_maps import apply_feature_map, vanishes
 from linattn_verify.semantics import Problem
 
 State = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None
@@ -83,7 +83,7 @@ def _sequence(
             )
             row_scale = torch.where(torch.isfinite(row_scale) & (row_scale > 0), row_scale, 1.0)
             N, Z = N * row_scale[..., None], Z * row_scale
-        zero = Z == 0
+        zero = vanishes(Z)
         # Rows whose denominator is exactly zero return 0 (semantics.py); the safe divisor keeps
         # autograd free of 0/0 on the discarded branch.
         o = torch.where(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map
+from linattn_verify.feature_maps import apply_feature_map, vanishes
 from linattn_verify.oracles.parallel import State
 from linattn_verify.semantics import Problem
 
@@ -93,7 +93,7 @@ def _sequence(
     if not problem.normalize:
         return N, S, z
     Z = torch.stack(denominators, dim=0) + problem.eps  # [L, H]
-    zero = Z == 0
+    zero = vanishes(Z)
     # Rows whose denominator is exactly zero return 0 (semantics.py); the safe divisor keeps
     # autograd free of 0/0 on the discarded branch.
     o = torch.where(zero[..., None], torch.zeros_like(N), N / torch.where(zero, 1, Z)[..., None])

@@ -306,7 +306,7 @@ def forms_agree(spec: ProblemSpec, kernels: Sequence[Kernel]) -> PropertyResult:
     if len(kernels) < 2:
         raise InvalidArgument(f"Expected at least two kernels but got {len(kernels)}.")
     label = "+".join(k.name for k in kernels)
-    problem = spec.build()
+    problem = kernels[0].prepare(spec.build())
     reasons = [r for r in (k.supports(problem) for k in kernels) if r is not None]
     chosen = [k for k in kernels if k.supports(problem) is None]
     if len(chosen) < 2:
@@ -349,7 +349,7 @@ def chunk_size_invariant(
             f"Got chunk_sizes={chunk_sizes}, but they must be two different sizes among "
             f"{tuple(declared)}."
         )
-    problem = spec.build()
+    problem = kernel.prepare(spec.build())
     reason = kernel.supports(problem)
     if reason is not None:
         return make_result(name, kernel.name, spec, skipped=reason)
@@ -478,7 +478,7 @@ def state_split_composes(
         raise InvalidArgument(
             f"Got split={split}, but split must be in [1, T-1] = [1, {spec.T - 1}]."
         )
-    whole = replace(spec.build(), output_final_state=True)
+    whole = replace(kernel.prepare(spec.build()), output_final_state=True)
     reason = kernel.supports(whole)
     if reason is not None:
         return make_result(name, kernel.name, spec, skipped=reason)
@@ -626,7 +626,7 @@ def varlen_matches_separate_runs(spec: ProblemSpec, kernel: Kernel) -> PropertyR
         return make_result(name, kernel.name, spec, skipped=f"{kernel.name}: no varlen support")
     if not kernel.capabilities.final_state:
         return make_result(name, kernel.name, spec, skipped=f"{kernel.name}: no final state")
-    problem = spec.build()
+    problem = kernel.prepare(spec.build())
     notes = []
     if problem.cu_seqlens is None:
         problem = _packed(problem)

@@ -159,6 +159,9 @@ def run_kernel(
     """
     what = kernel.name
     p, leaves = problem.with_grad_leaves()
+    if kernel.implied_decay is not None:
+        # The kernel applies its own fixed decay: g is not one of its inputs.
+        leaves.pop("g", None)
     if cotangents is None:
         for leaf in leaves.values():
             leaf.requires_grad_(False)
@@ -268,7 +271,7 @@ def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         The `PropertyResult` (skipped when the kernel does not support the case).
     """
     name = "outputs_match_oracle"
-    problem = spec.build()
+    problem = kernel.prepare(spec.build())
     reason = kernel.supports(problem)
     if reason is not None:
         return make_result(name, kernel.name, spec, skipped=reason)
@@ -302,7 +305,7 @@ def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     name = "gradients_match_oracle"
     if not kernel.capabilities.backward:
         return make_result(name, kernel.name, spec, skipped=f"{kernel.name}: no backward")
-    problem = spec.build()
+    problem = kernel.prepare(spec.build())
     problem = replace(problem, output_final_state=kernel.capabilities.final_state)
     reason = kernel.supports(problem)
     if reason is not None:

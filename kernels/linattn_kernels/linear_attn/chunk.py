@@ -21,7 +21,7 @@ import triton.language as tl
 
 from linattn_kernels import _backend
 from linattn_kernels.common.args import INPUT_DTYPES, empty_output, finish_output, prepare
-from linattn_kernels.common.feature_maps import feature_map, feature_map_grad
+from linattn_kernels.common.feature_maps import feature_map, feature_map_grad, vanishes
 
 CHUNK_SIZES = (16, 32, 64, 128)
 """The chunk sizes the kernels accept (powers of two, at least the 16 rows ``tl.dot`` needs)."""
@@ -68,8 +68,8 @@ def _chunk_decay(g, rows, m_t, i_h, H, BT: tl.constexpr):
 
 @triton.jit
 def _reciprocal(b_den):
-    """1 / D per row, and 0 where D == 0 (those rows output 0, so they pass no gradient)."""
-    return tl.where(b_den == 0.0, 0.0, 1.0 / tl.where(b_den == 0.0, 1.0, b_den))
+    """1 / D per row, and 0 where D vanishes (those rows output 0, so they pass no gradient)."""
+    return tl.where(vanishes(b_den), 0.0, 1.0 / tl.where(vanishes(b_den), 1.0, b_den))
 
 
 @triton.jit
@@ -183,8 +183,8 @@ def chunk_fwd_kernel_o(
     b_o = b_o * scale
     if NORMALIZE:
         b_den = scale * (b_qz + tl.sum(b_P, axis=1)) + eps
-        b_safe = tl.where(b_den == 0.0, 1.0, b_den)
-        b_o = tl.where(b_den[:, None] == 0.0, 0.0, b_o / b_safe[:, None])
+        b_safe = tl.where(vanishes(b_den), 1.0, b_den)
+        b_o = tl.where(vanishes(b_den)[:, None], 0.0, b_o / b_safe[:, None])
         m_den = m_t & (tl.zeros([BT], dtype=tl.int64) + i_v == 0)
         tl.store(den + rows * H + i_h, b_den, mask=m_den)
     p_o = o + (rows[:, None] * H + i_h) * V + o_v[None, :]

@@ -28,7 +28,7 @@ from linattn_kernels.common.args import (
     finish_output,
     prepare,
 )
-from linattn_kernels.common.feature_maps import feature_map, feature_map_grad
+from linattn_kernels.common.feature_maps import feature_map, feature_map_grad, vanishes
 
 State = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 Gradients = tuple[
@@ -164,7 +164,7 @@ def parallel_fwd_kernel(
     if NORMALIZE:
         # eps is added in fp32, after the scale: Z = s φ(q)·z + eps exactly as the semantics say.
         b_den = b_z * scale + eps
-        b_zero = b_den == 0
+        b_zero = vanishes(b_den)
         b_o = tl.where(b_zero[:, None], 0.0, b_o / tl.where(b_zero, 1.0, b_den)[:, None])
         tl.store(Z + (bos + o_t) * H + i_h, b_den, mask=m_t)
     _store_rows(o, b_o, bos, o_t, m_t, i_h, H, V, BV)
@@ -263,7 +263,7 @@ def parallel_bwd_kernel_dq(
     if NORMALIZE:
         b_o = _load_rows(o, bos, o_t, m_t, i_h, H, V, BV)
         b_den = tl.load(Z + (bos + o_t) * H + i_h, mask=m_t, other=0.0)
-        b_zero = b_den == 0
+        b_zero = vanishes(b_den)
         b_safe = tl.where(b_zero, 1.0, b_den)
         b_delta = tl.sum(b_do * b_o, 1)
         tl.store(delta + (bos + o_t) * H + i_h, b_delta, mask=m_t)
@@ -349,7 +349,7 @@ def parallel_bwd_kernel_dkv(
         if NORMALIZE:
             b_den = tl.load(Z + (bos + o_t) * H + i_h, mask=m_t, other=0.0)
             b_delta = tl.load(delta + (bos + o_t) * H + i_h, mask=m_t, other=0.0)
-            b_zero = b_den == 0
+            b_zero = vanishes(b_den)
             b_safe = tl.where(b_zero, 1.0, b_den)
             m_a = m_a & (~b_zero)[None, :]
             # dv takes P_tj / Z_t; dk takes dA_tj = (do_t·v_j - δ_t) / Z_t, as the dq pass does.
@@ -457,7 +457,7 @@ def parallel_bwd_kernel_dh0(
         if NORMALIZE:
             b_den = tl.load(Z + (bos + o_t) * H + i_h, mask=m_t, other=0.0)
             b_delta = tl.load(delta + (bos + o_t) * H + i_h, mask=m_t, other=0.0)
-            b_zero = b_den == 0
+            b_zero = vanishes(b_den)
             b_safe = tl.where(b_zero, 1.0, b_den)
             b_do = tl.where(b_zero[:, None], 0.0, b_do / b_safe[:, None])
             b_dzr = tl.where(b_zero, 0.0, -b_delta / b_safe)

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from linattn_kernels import _backend
 from linattn_kernels.common.args import empty_output, finish_output, prepare
-from linattn_kernels.common.feature_maps import feature_map, feature_map_grad
+from linattn_kernels.common.feature_maps import feature_map, feature_map_grad, vanishes
 
 State = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
@@ -80,7 +80,7 @@ def recurrent_fwd_kernel(
             b_den = tl.sum(b_q * b_z, axis=0) + eps
             # A denominator of exactly 0 returns 0 (semantics.py); the safe divisor keeps the
             # discarded lanes free of inf/NaN.
-            b_o = tl.where(b_den == 0.0, 0.0, b_o / tl.where(b_den == 0.0, 1.0, b_den))
+            b_o = tl.where(vanishes(b_den), 0.0, b_o / tl.where(vanishes(b_den), 1.0, b_den))
             if STORE_DEN:
                 tl.store(den + i_th, b_den, mask=i_v == 0)
         tl.store(o + i_th * V + o_v, b_o.to(o.dtype.element_ty), mask=m_v)
@@ -146,7 +146,7 @@ def recurrent_bwd_kernel_dq(
         if NORMALIZE:
             b_z += b_k
             b_den = tl.load(den + i_th)
-            b_do = tl.where(b_den == 0.0, 0.0, b_do / tl.where(b_den == 0.0, 1.0, b_den))
+            b_do = tl.where(vanishes(b_den), 0.0, b_do / tl.where(vanishes(b_den), 1.0, b_den))
         # d q̃_t = S_t dN_t (+ dZ_t z_t): [BK]
         b_dq = tl.sum(b_h * b_do[None, :], axis=1)
         if NORMALIZE:
@@ -220,7 +220,7 @@ def recurrent_bwd_kernel_dkv(
         b_k = tl.where(m_k, feature_map(b_x, FEATURE), 0.0)
         if NORMALIZE:
             b_den = tl.load(den + i_th)
-            b_do = tl.where(b_den == 0.0, 0.0, b_do / tl.where(b_den == 0.0, 1.0, b_den))
+            b_do = tl.where(vanishes(b_den), 0.0, b_do / tl.where(vanishes(b_den), 1.0, b_den))
             b_dz += tl.load(dden + i_th) * b_q
         # dS_t = a_{t+1} dS_{t+1} + q̃_t dN_t^T
         b_dh += b_q[:, None] * b_do[None, :]
@@ -388,8 +388,9 @@ def recurrent_bwd(
     if normalize:
         assert o32 is not None
         assert den is not None
-        # dZ_t = -(do_t · N_t) / Z_t^2 = -(do_t · o_t) / Z_t, and 0 where Z_t == 0 (o_t := 0).
-        zero = den == 0
+        # dZ_t = -(do_t · N_t) / Z_t^2 = -(do_t · o_t) / Z_t, and 0 where Z_t vanishes (o_t := 0;
+        # below fp32's smallest normal, as the kernels decide with `vanishes`).
+        zero = den.abs() < torch.finfo(torch.float32).tiny
         dden = torch.where(
             zero, 0.0, -(do.float() * o32).sum(-1) / torch.where(zero, 1.0, den)
         ).contiguous()

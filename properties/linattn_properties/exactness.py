@@ -1,0 +1,264 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Exactness on dyadic inputs (DESIGN.md §8.10, ERROR_MODEL.md §0.6 and §7).
+
+Tolerance tests cannot see a bug smaller than the bound. On inputs that are small integers times
+powers of two, with a rational feature map (identity or relu), no decay (or g = 0 exactly) and a
+power-of-two scale, every product and partial sum of the function is an integer multiple of one
+power of two; if every such sum stays below 2^p in those units (p the significand bits of the
+narrowest format on the kernel's path: fp32 accumulation, tl.dot operands, intermediate casts,
+and the output dtype for unnormalized outputs), *any* summation order computes it exactly. The
+kernel must then return the exact result bitwise; a normalized output may differ only by the
+final division and output rounding.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from linattn_properties.contract import bitwise_message, finish, run_kernel, skipped
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.kernel import Kernel
+from linattn_verify.oracles.exact import exact_oracle
+from linattn_verify.oracles.parallel import parallel_reference
+from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe, dtype_name
+from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.strategies import ProblemSpec
+from linattn_verify.verdict import PropertyResult
+
+_RANGES = (15, 7, 3, 1)
+"""Largest |integer| of the inputs, tried from the seed's pick downward until exact."""
+
+
+def _bits(unit: float) -> int:
+    return round(-math.log2(unit))
+
+
+def precision_bits(recipe: PrecisionRecipe, dtype: torch.dtype) -> int:
+    """Return p: sums below 2^p units are exact everywhere on the kernel's internal path."""
+    p = 53 if recipe.accumulation == "float64" else 24
+    low = recipe.u_low(dtype)
+    if low:
+        p = min(p, _bits(low))
+    if recipe.dot_precision == "tf32":
+        p = min(p, 11)
+    elif recipe.dot_precision == "tf32x3":
+        p = min(p, 22)
+    return p
+
+
+def _magnitudes(problem: Problem) -> dict[str, float]:
+    """Largest absolute partial sums: P = φ(q)·φ(k), numerator, state, denominator."""
+    p = problem.to(torch.float64)
+    fq = p.q.abs() if p.feature_map == "identity" else p.q.clamp(min=0)
+    fk = p.k.abs() if p.feature_map == "identity" else p.k.clamp(min=0)
+    absolute = Problem(
+        q=fq,
+        k=fk,
+        v=p.v.abs(),
+        g=None,
+        scale=abs(p.scale),
+        normalize=False,
+        eps=0.0,
+        feature_map="identity",
+        initial_state=None if p.initial_state is None else p.initial_state.abs(),
+        initial_key_sum=None,
+        output_final_state=True,
+        cu_seqlens=p.cu_seqlens,
+    )
+    o_abs, S_abs = parallel_reference(absolute)
+    assert isinstance(S_abs, torch.Tensor)
+    P = 0.0
+    for _, b, start, end in p.sequences():
+        if end > start:
+            P = max(P, float((fq[b, start:end] @ fk[b, start:end].mT).max()) * abs(p.scale))
+    out = {"P": P, "N": float(o_abs.max()), "S": float(S_abs.abs().max())}
+    if p.normalize:
+        key_sum = None if p.initial_key_sum is None else p.initial_key_sum.abs()[..., None]
+        ones = replace(absolute, v=torch.ones_like(p.v[..., :1]), initial_state=key_sum)
+        z_abs, zT = parallel_reference(ones)
+        assert isinstance(zT, torch.Tensor)
+        out["Z"] = float(z_abs.max()) + p.eps
+        out["z"] = float(zT.max())
+    return out
+
+
+def _dyadic_problem(
+    spec: ProblemSpec, kernel: Kernel, feature_map: str, limit: int, density: float
+) -> tuple[Problem, dict[str, int]] | str:
+    """Build the case's shapes with integers in [-limit, limit] (kept with ``density``)."""
+    gen = torch.Generator().manual_seed(spec.seed ^ 0xD1AD)
+    rng = random.Random(spec.seed)
+    e_q, e_k, e_v, e_s = (rng.randint(-3, 2) for _ in range(4))
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}.get(
+        spec.dtype, torch.float64
+    )
+    B, T, H, K, V = spec.B, spec.T, spec.H, spec.K, spec.V
+    N = B if spec.segments is None else len(spec.segments)
+
+    def ints(*shape: int, low: int | None = None) -> torch.Tensor:
+        x = torch.randint(-limit if low is None else low, limit + 1, shape, generator=gen)
+        keep = torch.rand(shape, generator=gen) < density
+        return (x * keep).to(torch.float64)
+
+    q = (ints(B, T, H, K) * 2.0**e_q).to(dtype)
+    k = (ints(B, T, H, K) * 2.0**e_k).to(dtype)
+    v = (ints(B, T, H, V) * 2.0**e_v).to(dtype)
+    cap = kernel.capabilities
+    g = torch.zeros(B, T, H) if spec.decay != "none" and cap.decay else None
+    unit_z = 2.0 ** (e_s + e_q + e_k)
+    if cap.configurable:
+        eps = rng.choice([0.0, unit_z]) if spec.normalize else 0.0
+    else:
+        eps = cap.eps if spec.normalize else 0.0
+        if eps and (eps / unit_z) != round(eps / unit_z):
+            return f"the kernel's fixed eps={eps!r} is not a multiple of the input grid"
+    h0: Any = None
+    if spec.initial_state and cap.initial_state:
+        S0 = ints(N, H, K, V) * 2.0 ** (e_k + e_v)
+        if spec.normalize:
+            z_low = 0 if feature_map == "relu" else None
+            h0 = (S0.float(), (ints(N, H, K, low=z_low) * 2.0**e_k).float())
+        else:
+            h0 = S0.float()
+    cu = None
+    if spec.segments is not None:
+        cu = torch.tensor([0, *torch.tensor(spec.segments).cumsum(0).tolist()])
+    problem = validate_problem(
+        q,
+        k,
+        v,
+        g,
+        scale=2.0**e_s,
+        normalize=spec.normalize,
+        eps=eps,
+        feature_map=feature_map,
+        initial_state=h0,
+        output_final_state=cap.final_state,
+        cu_seqlens=cu,
+    )
+    units = {"P": e_s + e_q + e_k, "N": e_s + e_q + e_k + e_v, "S": e_k + e_v}
+    units.update({"Z": e_s + e_q + e_k, "z": e_k})
+    return problem, units
+
+
+def _exact_case(spec: ProblemSpec, kernel: Kernel, feature_map: str) -> tuple[Problem, int] | str:
+    """Return the densest, widest dyadic problem whose every partial sum is exact."""
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}.get(
+        spec.dtype, torch.float64
+    )
+    recipe = kernel.precision_recipe(dtype)
+    p = precision_bits(recipe, dtype)
+    p_out = min(p, _bits(UNIT_ROUNDOFF[dtype_name(dtype)]))
+    first = random.Random(spec.seed ^ 7).randrange(len(_RANGES))
+    for limit in _RANGES[first:]:
+        for density in (1.0, 0.5, 0.25, 0.125, 0.0625):
+            built = _dyadic_problem(spec, kernel, feature_map, limit, density)
+            if isinstance(built, str):
+                return built
+            problem, units = built
+            sizes = _magnitudes(problem)
+            fits = all(
+                sizes[name]
+                < 2.0 ** (units[name] + (p if problem.normalize or name != "N" else p_out))
+                for name in sizes
+            )
+            if fits:
+                return problem, limit
+    return "no dyadic input of this shape keeps every partial sum exact"
+
+
+def dyadic_inputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
+    """Check that a kernel is exact where floating-point arithmetic is.
+
+    With the case's shapes, inputs x = n·2^e (integers |n| <= R, R <= 15, thinned until every
+    partial sum of the function is below 2^p units; see `precision_bits`), φ identity or relu,
+    g = 0 or no decay, s and eps powers of two (eps may be 0), and o*, S_T*, z_T* the exact
+    results (`linattn_verify.oracles.exact.exact_oracle`):
+
+        unnormalized:  ô ≡ o*         Ŝ_T ≡ S_T*
+        normalized:    |ô - o*| <= (u_div + u_out + 2^-52)|o*|   (o* = 0 where Z = 0)
+                       Ŝ_T ≡ S_T*,  ẑ_T ≡ z_T*
+
+    Args:
+        spec: The case (shapes, dtype, normalization, varlen, state; values come from
+            ``spec.seed``).
+        kernel: The kernel under test.
+
+    Returns:
+        The `PropertyResult`; scores ``range`` (R), ``mismatches`` and ``max_abs_diff``.
+    """
+    prop = "dyadic_inputs_exact"
+    maps = kernel.capabilities.feature_maps
+    choices = [m for m in ("identity", "relu") if m in maps]
+    if not choices:
+        return skipped(prop, kernel, spec, f"{kernel.name}: feature maps {maps} are irrational")
+    feature_map = spec.feature_map if spec.feature_map in choices else choices[0]
+    try:
+        built = _exact_case(spec, kernel, feature_map)
+    except InvalidArgument as exc:
+        return skipped(prop, kernel, spec, f"case not expressible: {exc}")
+    if isinstance(built, str):
+        return skipped(prop, kernel, spec, built)
+    problem, limit = built
+    reason = kernel.supports(problem)
+    if reason is not None:
+        return skipped(prop, kernel, spec, reason)
+    run = run_kernel(kernel, problem)
+    if isinstance(run, str):
+        return finish(prop, kernel, spec, [run], {})
+    o_exact, final = exact_oracle(problem)
+    expected: dict[str, torch.Tensor] = {"o": o_exact}
+    if isinstance(final, tuple):
+        expected["final_state"], expected["final_key_sum"] = final
+    elif isinstance(final, torch.Tensor):
+        expected["final_state"] = final
+    failures: list[str] = []
+    worst, worst_index, mismatches = 0.0, None, 0
+    condition = f"to the exact result (dyadic inputs, |n| <= {limit}, every sum exact)"
+    for name, actual in run.tensors.items():
+        exact = expected[name]
+        if name == "o" and problem.normalize:
+            message, diff, index = _quotient_check(kernel, problem, actual, exact)
+        else:
+            message, diff, index = bitwise_message(name, actual, exact.to(actual.dtype), condition)
+        if message is not None:
+            failures.append(message)
+            mismatches += 1
+            if diff >= worst:
+                worst, worst_index = diff, index
+    scores = {"range": float(limit), "mismatches": float(mismatches), "max_abs_diff": worst}
+    summary = f"R={limit} feature_map={feature_map} {problem.describe()}"
+    return finish(prop, kernel, spec, failures, scores, worst_index, summary=summary)
+
+
+def _quotient_check(
+    kernel: Kernel, problem: Problem, actual: torch.Tensor, exact: torch.Tensor
+) -> tuple[str | None, float, tuple[int, ...] | None]:
+    """Compare a normalized output with the exact quotient within the final roundings."""
+    recipe = kernel.precision_recipe(problem.q.dtype)
+    u_out = UNIT_ROUNDOFF[dtype_name(actual.dtype)]
+    allowed = (recipe.u_div + u_out + 2.0**-52) * exact.abs()
+    x = actual.double()
+    err = (x - exact).abs().nan_to_num(nan=math.inf)
+    bad = err > allowed
+    if not bool(bad.any()):
+        return None, 0.0, None
+    score = torch.where(bad, err / allowed.clamp(min=1e-300), 0.0)
+    flat = int(torch.argmax(score))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), exact.shape))
+    message = (
+        "o is not the exact quotient up to the division and output rounding!\n"
+        f"Mismatched elements: {int(bad.sum())} / {exact.numel()}\n"
+        f"Greatest error: {float(err[index]):.6g} at index {index} (up to "
+        f"{float(allowed[index]):.3g} = (u_div + u_out)|o| allowed): got {float(x[index]):.9g}, "
+        f"exact {float(exact[index]):.9g}"
+    )
+    return message, float(err[index]), index
+
+
+__all__ = ["dyadic_inputs_exact", "precision_bits"]

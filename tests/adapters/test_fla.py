@@ -1,0 +1,183 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""FLA's kernels through their adapters: declarations, and agreement with the oracle.
+
+Every FLA kernel runs forward and backward on small cases (T in {1, 17, 65}, H = 2,
+K = V = 16, fp32 and bf16, with and without initial state, varlen), judged by the oracle under
+the precision recipe its adapter declares. Without CUDA the kernels run under the Triton
+interpreter; the whole module takes about a minute on one core.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+from linattn_properties.oracle import (
+    gradients_match_oracle,
+)
+
+from linattn_verify import interpreter
+from linattn_verify.adapters import fla as fla_adapters
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.kernel import Kernel
+from linattn_verify.strategies import ProblemSpec
+
+HAVE_FLA = importlib.util.find_spec("fla") is not None
+needs_fla = pytest.mark.skipif(
+    not HAVE_FLA, reason=f"flash-linear-attention is not installed ({fla_adapters.FLA_REQUIREMENT})"
+)
+
+pytestmark = pytest.mark.interpret
+
+# Spelled out so that collection does not import FLA (importing it selects the interpreter).
+KERNEL_NAMES = [
+    f"fla/linear_attn.{form}{suffix}"
+    for form in ("chunk", "fused_chunk", "fused_recurrent")
+    for suffix in ("", "+normalize")
+] + [
+    f"fla/{op}.{form}"
+    for op in ("simple_gla", "retention")
+    for form in ("chunk", "fused_recurrent", "parallel")
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One small problem; options a kernel does not support are left out for it."""
+
+    T: int
+    dtype: str
+    initial_state: bool
+    segments: tuple[int, ...] | None = None
+    scale: float | None = None
+    seed: int = 0
+
+    def spec(self, kernel: Kernel) -> ProblemSpec:
+        cap = kernel.capabilities
+        return ProblemSpec(
+            B=1,
+            T=self.T,
+            H=2,
+            K=16,
+            V=16,
+            dtype=self.dtype,
+            feature_map="identity",
+            normalize=cap.normalize[0],
+            eps=cap.eps,
+            scale=self.scale,
+            values="normal",
+            decay="mild" if cap.decay else "none",
+            initial_state=self.initial_state and cap.initial_state,
+            output_final_state=cap.final_state,
+            segments=self.segments if cap.varlen else None,
+            seed=self.seed,
+        )
+
+
+CASES = {
+    "fp32-T1-h0": Case(T=1, dtype="float32", initial_state=True, seed=1),
+    "fp32-T17": Case(T=17, dtype="float32", initial_state=False, seed=2),
+    "fp32-T65-h0": Case(T=65, dtype="float32", initial_state=True, seed=3),
+    "bf16-T17-h0": Case(T=17, dtype="bfloat16", initial_state=True, seed=4),
+    # A scale that is not a power of two: q * scale is then a rounding in bf16.
+    "bf16-T65-scale": Case(T=65, dtype="bfloat16", initial_state=False, scale=0.3, seed=5),
+    "fp32-varlen-h0": Case(T=65, dtype="float32", initial_state=True, segments=(1, 17, 47), seed=6),
+    "bf16-varlen-h0": Case(T=40, dtype="bfloat16", initial_state=True, segments=(23, 17), seed=7),
+}
+
+
+@pytest.fixture(scope="module")
+def kernels() -> Iterator[dict[str, Kernel]]:
+    before = interpreter.enabled()
+    found = {k.name: k for k in fla_adapters.fla_kernels()}
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        pytest.skip("CUDA is available and TRITON_INTERPRET is unset: these cases run on a CPU")
+    yield found
+    interpreter.disable(patches=[p for p in interpreter.PATCHES if p not in before])
+
+
+@needs_fla
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+@pytest.mark.parametrize("name", KERNEL_NAMES, ids=[n.removeprefix("fla/") for n in KERNEL_NAMES])
+def test_fla_kernel_matches_oracle(kernels: dict[str, Kernel], name: str, case: str) -> None:
+    kernel = kernels[name]
+    spec = CASES[case].spec(kernel)
+    # The property the CLI and the plugin run; for retention it judges the decay the kernel
+    # applies (`Kernel.prepare`) and expects no gradient for g, which is not an input.
+    result = gradients_match_oracle(spec, kernel)
+    assert result.skipped is None, result.skipped
+    assert result.ok, result.message
+
+
+@needs_fla
+def test_fla_kernels_declarations(kernels: dict[str, Kernel]) -> None:
+    assert sorted(kernels) == sorted(KERNEL_NAMES)
+    for name, kernel in kernels.items():
+        cap = kernel.capabilities
+        assert cap.feature_maps == ("identity",), name
+        assert cap.varlen, name
+        assert cap.normalize == ((True,) if name.endswith("+normalize") else (False,)), name
+        assert cap.eps == (fla_adapters.FLA_EPS if name.endswith("+normalize") else 0.0), name
+        assert cap.decay == name.startswith("fla/simple_gla"), name
+        assert (kernel.implied_decay is not None) == name.startswith("fla/retention"), name
+        assert cap.initial_state == cap.final_state == (kernel.form != "parallel"), name
+        fp32, bf16 = kernel.precision_recipe(torch.float32), kernel.precision_recipe(torch.bfloat16)
+        assert fp32.form == bf16.form == kernel.form
+        # Under the interpreter fp32 dots are IEEE and nothing is rounded below fp32.
+        assert (fp32.dot_precision, fp32.accumulation, fp32.casts_on_path) == ("ieee", "ieee", 0)
+        assert bf16.intermediate_dtype == ("input" if bf16.casts_on_path else None)
+        recurrent = kernel.form == "recurrent"
+        assert bf16.casts_on_path > 0 or (recurrent and not cap.normalize[0]), name
+        assert fp32.decay_scan == ("per_step" if recurrent else "chunk_local"), name
+
+
+@needs_fla
+def test_retention_decay_is_fla_gamma(kernels: dict[str, Kernel]) -> None:
+    problem = CASES["fp32-T17"].spec(kernels["fla/retention.chunk"]).build()
+    g = fla_adapters.retention_log_decay(problem)
+    assert g.shape == (1, 17, 2)
+    assert g.dtype == torch.float32
+    gamma = 1 - 2.0 ** (-5.0 - torch.arange(2, dtype=torch.float64))
+    torch.testing.assert_close(g.double().exp()[0, 0], gamma, rtol=1e-7, atol=0)
+
+
+@needs_fla
+def test_retention_judged_without_its_decay_fails(kernels: dict[str, Kernel]) -> None:
+    """The implied decay is what the oracle must use: without it the kernel is far off."""
+    kernel = replace(kernels["fla/retention.parallel"], implied_decay=None)
+    spec = CASES["fp32-T17"].spec(kernel)
+    result = gradients_match_oracle(spec, kernel)
+    assert not result.ok, result.report()
+
+
+@needs_fla
+def test_adapters_reject_what_fla_cannot_take(kernels: dict[str, Kernel]) -> None:
+    q = k = v = torch.zeros(1, 4, 2, 16)
+    g = torch.zeros(1, 4, 2)
+    with pytest.raises(InvalidArgument, match="take no decay"):
+        kernels["fla/linear_attn.chunk"].fn(q, k, v, g)
+    with pytest.raises(InvalidArgument, match="take no g"):
+        kernels["fla/retention.chunk"].fn(q, k, v, g)
+    with pytest.raises(InvalidArgument, match="no initial state"):
+        kernels["fla/simple_gla.parallel"].fn(q, k, v, output_final_state=True)
+    with pytest.raises(InvalidArgument, match=r"pair \(S_0, z_0\)"):
+        kernels["fla/linear_attn.chunk+normalize"].fn(
+            q, k, v, initial_state=torch.zeros(1, 2, 16, 16)
+        )
+
+
+def test_missing_fla_raises_import_error_naming_the_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: object) -> object:
+        return None if name == "fla" else real(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(ImportError, match=r"fla-core==0\.6\.0"):
+        fla_adapters.fla_kernels()

@@ -1,0 +1,134 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Bit-exactness on dyadic inputs over every registered kernel, and meta tests."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, note, target
+from hypothesis import strategies as st
+from linattn_properties.exactness import dyadic_inputs_exact, precision_bits
+
+from linattn_verify.errors import PropertyViolation
+from linattn_verify.kernel import Capabilities, Kernel
+from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.reference_kernels import RECIPES, float32_reference
+from linattn_verify.registry import FULL, registered_kernels
+from linattn_verify.strategies import ProblemSpec, kernel_specs
+
+pytestmark = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
+
+KERNELS = list(registered_kernels().values())
+
+SMALL = {"max_seq_len": 24, "max_head_dim": 8}
+
+
+def base(**changes: Any) -> ProblemSpec:
+    spec = ProblemSpec(
+        B=2,
+        T=20,
+        H=2,
+        K=8,
+        V=4,
+        dtype="float32",
+        feature_map="identity",
+        normalize=False,
+        eps=0.0,
+        scale=None,
+        values="normal",
+        decay="none",
+        initial_state=False,
+        output_final_state=False,
+        segments=None,
+        seed=2,
+    )
+    return replace(spec, **changes)
+
+
+NASTY = {
+    "identity-normalized-cancelling": base(normalize=True, initial_state=True, seed=4),
+    "bf16-varlen-state": base(
+        B=1, dtype="bfloat16", segments=(9, 0, 11), initial_state=True, output_final_state=True
+    ),
+    "fp16-relu-zero-decay": base(dtype="float16", feature_map="relu", decay="zero", T=24),
+}
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@given(data=st.data())
+def test_dyadic_inputs_exact(kernel: Kernel, data: st.DataObject) -> None:
+    spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
+    result = dyadic_inputs_exact(spec, kernel)
+    note(result.report())
+    assert result.skipped is None, result.report()
+    target(float(result.scores["max_abs_diff"]), label="max |difference|")
+    result.raise_for_failure()
+
+
+@pytest.mark.parametrize("spec", NASTY.values(), ids=NASTY.keys())
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+def test_dyadic_inputs_exact_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
+    result = dyadic_inputs_exact(spec, kernel)
+    assert result.skipped is None, result.report()
+    result.raise_for_failure()
+
+
+def test_precision_bits_follow_the_recipe() -> None:
+    assert precision_bits(PrecisionRecipe(), torch.float32) == 24
+    assert precision_bits(PrecisionRecipe(dot_precision="tf32"), torch.float32) == 11
+    cast = PrecisionRecipe(intermediate_dtype="input", casts_on_path=1)
+    assert precision_bits(cast, torch.bfloat16) == 8
+
+
+def test_elu1_only_kernels_are_skipped() -> None:
+    elu1 = Capabilities(feature_maps=("elu1",))
+    kernel = Kernel("elu1-only", float32_reference("parallel"), elu1, RECIPES["parallel"])
+    assert dyadic_inputs_exact(base(), kernel).skipped
+
+
+# Meta tests: a kernel rounding P to bf16, or dividing sloppily, must fail.
+
+
+def rounds_p_to_bf16(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+    # A plain parallel form whose attention matrix goes through bf16 (a tensor-core shortcut).
+    scale = kw.get("scale") or q.shape[-1] ** -0.5
+    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))
+    P = (scale * qf @ kf.mT).tril().to(torch.bfloat16).float()
+    return (P @ vf).transpose(1, 2).to(q.dtype), None
+
+
+REFERENCE = float32_reference("parallel")
+
+
+def approximate_division(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+    o, final = REFERENCE(q, k, v, g, **kw)
+    # A reciprocal approximation good to ~2^-12: far inside any random test's tolerance.
+    return o * (1 + 2.0**-12), final
+
+
+def test_dyadic_inputs_exact_fails_for_bf16_attention_matrix() -> None:
+    caps = Capabilities(initial_state=False, final_state=False)
+    kernel = Kernel("bug/rounds_p_to_bf16", rounds_p_to_bf16, caps, RECIPES["parallel"])
+    result = dyadic_inputs_exact(base(seed=1), kernel)
+    assert result.scores["range"] > 3  # P has more than 8 significant bits
+    assert not result.ok
+    assert "o is not bit-identical to the exact result" in result.message, result.message
+    with pytest.raises(PropertyViolation, match="dyadic_inputs_exact FAILED"):
+        result.raise_for_failure()
+
+
+def test_dyadic_inputs_exact_fails_for_an_inexact_division() -> None:
+    kernel = Kernel("bug/approximate_division", approximate_division, FULL, RECIPES["parallel"])
+    result = dyadic_inputs_exact(base(normalize=True, seed=3), kernel)
+    assert not result.ok
+    assert "o is not the exact quotient up to the division and output rounding" in result.message
+
+
+def test_dyadic_inputs_exact_passes_the_correct_twin() -> None:
+    kernel = Kernel("twin", REFERENCE, FULL, RECIPES["parallel"])
+    for spec in (base(), base(normalize=True, seed=3), *NASTY.values()):
+        result = dyadic_inputs_exact(spec, kernel)
+        assert result.ok, result.report()

@@ -1,0 +1,248 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The bug zoo: the property catalogue must reject every broken kernel and accept every twin.
+
+For each zoo kernel (``conftest.py``) Hypothesis searches the cases the kernel declares it
+supports, runs the whole catalogue on each, and must find a failing case within the active
+profile's budget; each correct twin must pass the same search. A failure counts against a
+broken kernel only when its twin passes the same property on the same case, so a harness
+false positive can never pass for a caught bug.
+
+The catalogue has no compile-invariance property, so `compile_invariant` lives here. Tracing a
+kernel with dynamo costs 1-3 s per example on a CPU, too much to add it to every search within
+the ``ci`` budget, so it runs where a zoo entry asks for it (``ZooEntry.extra``): the compile
+row's broken kernel and its twin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import Phase, given, settings, target
+
+from linattn_verify.errors import PropertyViolation
+from linattn_verify.kernel import Kernel
+from linattn_verify.strategies import ProblemSpec, kernel_specs
+from linattn_verify.verdict import PropertyResult
+
+MAX_SEQ_LEN = 24
+"""Longest T: three reference chunks (C = 8) and room for |G| > 88 inside one of them."""
+
+MAX_HEAD_DIM = 8
+"""Largest K and V: covers 1, powers of two and non-powers of two."""
+
+CATALOGUE = (
+    ("oracle", "outputs_match_oracle"),
+    ("oracle", "gradients_match_oracle"),
+    ("equivalence", "state_split_composes"),
+    ("equivalence", "varlen_matches_separate_runs"),
+    ("equivalence", "chunk_size_invariant"),
+    ("causality", "causal_outputs_exact"),
+    ("causality", "causal_gradients_exact"),
+    ("invariance", "batch_and_head_equivariant"),
+    ("algebra", "linear_in_values_and_state"),
+    ("algebra", "normalized_affine_and_convex"),
+    ("denominators", "denominator_stable"),
+    ("contract", "contract_holds"),
+    ("exactness", "dyadic_inputs_exact"),
+)
+"""The property catalogue, ``(module of linattn_properties, function)``, DESIGN.md §8."""
+
+BUG_CLASSES = (
+    "normalization",
+    "gate overflow",
+    "precision",
+    "tail and length",
+    "varlen",
+    "state",
+    "shapes and layout",
+    "scale",
+    "compile and device",
+    "contract",
+    "reference",
+)
+"""The rows of BUG_CLASSES.md."""
+
+Property = Callable[[ProblemSpec, Kernel], PropertyResult]
+
+
+def _bit_identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and bool(torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan()))
+    )
+
+
+def _tensors(result: Any) -> list[torch.Tensor]:
+    o, state = result
+    parts = list(state) if isinstance(state, tuple | list) else [state]
+    return [o.detach(), *(s.detach() for s in parts if isinstance(s, torch.Tensor))]
+
+
+def compile_invariant(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
+    """Check that ``torch.compile(kernel.fn)`` computes what the eager kernel computes.
+
+    Compiled with the ``eager`` backend, the graph runs the very operators the eager kernel
+    runs, so o and the final state must be bit-identical; only Python that behaves differently
+    while traced (``torch.compiler.is_compiling()``, fla #52) can change them.
+    """
+    name = "compile_invariant"
+
+    def result(**kw: Any) -> PropertyResult:
+        return PropertyResult(property=name, kernel=kernel.name, case=spec.describe(), **kw)
+
+    problem = replace(spec.build(), output_final_state=kernel.capabilities.final_state)
+    reason = kernel.supports(problem)
+    if reason is not None:
+        return result(ok=True, skipped=reason)
+    with torch.no_grad():
+        eager = _tensors(kernel.call(problem))
+        torch._dynamo.reset()
+        compiled = replace(kernel, fn=torch.compile(kernel.fn, backend="eager", dynamic=False))
+        try:
+            # Dynamo's own warnings (graph breaks, deprecations) are not the kernel's.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                traced = _tensors(compiled.call(problem))
+        except Exception as exc:
+            return result(ok=False, message=f"torch.compile raised {type(exc).__name__}: {exc}")
+        finally:
+            torch._dynamo.reset()
+    names = ["o", "final_state", "final_key_sum"]
+    differ = [n for n, a, b in zip(names, traced, eager, strict=False) if not _bit_identical(a, b)]
+    if len(traced) != len(eager) or differ:
+        worst = max(
+            (
+                float((a.double() - b.double()).abs().max())
+                for a, b in zip(traced, eager, strict=False)
+                if a.shape == b.shape and a.numel()
+            ),
+            default=math.nan,
+        )
+        return result(
+            ok=False,
+            message=f"compiled {differ} differ from eager (max |diff| {worst:.3g}); "
+            "expected bit-identical results under the eager backend",
+        )
+    return result(ok=True, message="compiled outputs bit-identical to eager")
+
+
+EXTRA: dict[str, Property] = {"compile_invariant": compile_invariant}
+"""Properties outside the catalogue that a zoo entry's search may add."""
+
+
+def _catalogue(extra: tuple[str, ...] = ()) -> tuple[list[tuple[str, Property]], list[str]]:
+    """The catalogue's functions that exist plus ``extra`` (names in `EXTRA`), and the missing."""
+    found: list[tuple[str, Property]] = []
+    missing: list[str] = []
+    for module, function in CATALOGUE:
+        try:
+            prop = getattr(importlib.import_module(f"linattn_properties.{module}"), function)
+        except Exception:  # a missing or (mid-edit) broken module: reported by the test below
+            missing.append(f"{module}.{function}")
+            continue
+        found.append((function, prop))
+    found += [(name, EXTRA[name]) for name in extra]
+    return found, missing
+
+
+def _worst(result: PropertyResult) -> float | None:
+    """The largest error ratio (r or η) a result reports, for `target`."""
+    values = [
+        v
+        for k, v in result.scores.items()
+        if k.endswith(("max_r", "max_eta")) and not math.isnan(v)
+    ]
+    return min(max(values), 1e30) if values else None
+
+
+def search_catalogue(
+    kernel: Kernel, twin: Kernel | None, log: dict[str, Any], extra: tuple[str, ...] = ()
+) -> Callable[[], None]:
+    """Return a Hypothesis search that raises `PropertyViolation` on the first failing case.
+
+    Every example runs the whole catalogue; with a ``twin``, a property failure counts only if
+    the twin holds that property on the same case (otherwise it is logged as the harness's).
+    ``log`` receives ``examples``, ``properties`` (what failed first), ``seconds`` (time to the
+    first failure) and ``shared`` (failures the twin shared).
+    """
+    catalogue, _ = _catalogue(extra)
+    log.update(examples=0, properties=[], seconds=math.nan, shared=[])
+    start = time.perf_counter()
+
+    # The zoo asks whether the catalogue finds a bug within the profile's budget. Shrinking a
+    # found failure would cost more examples than the search itself, and the target phase spends
+    # the second half of the budget mutating the highest-scoring examples, which does not help
+    # with structural bugs (H > 1, an empty segment, K != V) before the first failure; `target`
+    # still records the scores (Hypothesis prints them with a failure).
+    @settings(
+        report_multiple_bugs=False,
+        phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    )
+    @given(spec=kernel_specs(kernel, max_seq_len=MAX_SEQ_LEN, max_head_dim=MAX_HEAD_DIM))
+    def search(spec: ProblemSpec) -> None:
+        log["examples"] += 1
+        results = {name: prop(spec, kernel) for name, prop in catalogue}
+        for name, res in results.items():
+            score = _worst(res)
+            if score is not None:
+                target(score, label=name)
+        failed = [name for name, res in results.items() if not res.ok]
+        if twin is not None:
+            props = dict(catalogue)
+            shared = [n for n in failed if not props[n](spec, twin).ok]
+            log["shared"] += [f"{n}: {spec!r}" for n in shared]
+            failed = [n for n in failed if n not in shared]
+        if failed:
+            if not log["properties"]:
+                log.update(properties=failed, seconds=time.perf_counter() - start)
+            results[failed[0]].raise_for_failure()
+
+    return search
+
+
+def test_zoo_covers_every_bug_class(zoo):
+    assert {e.bug_class for e in zoo} == set(BUG_CLASSES)
+    names = [e.broken.name for e in zoo]
+    assert len(set(names)) == len(names), "zoo kernel names must be unique"
+
+
+def test_broken_and_twin_declare_the_same_search(zoo_entry):
+    broken, twin = zoo_entry.broken, zoo_entry.twin
+    assert broken.capabilities == twin.capabilities
+    assert broken.recipe is twin.recipe
+    assert broken.fn is not twin.fn
+
+
+def test_catalogue_is_complete():
+    _, missing = _catalogue()
+    assert not missing, f"properties missing from linattn_properties: {missing}"
+
+
+def test_catalogue_rejects_broken_kernel(zoo_entry, zoo_log):
+    log: dict[str, Any] = {}
+    zoo_log[zoo_entry.broken.name] = log
+    search = search_catalogue(zoo_entry.broken, zoo_entry.twin, log, zoo_entry.extra)
+    with pytest.raises(PropertyViolation):
+        search()
+    print(
+        f"{zoo_entry.broken.name} ({zoo_entry.bug_class}, {zoo_entry.mirrors}): caught by "
+        f"{log['properties']} at example {log['examples']} after {log['seconds']:.1f}s"
+    )
+    assert log["properties"], "the search failed without a property failure the twin holds"
+
+
+def test_catalogue_accepts_twin(zoo_twin):
+    twin, extra = zoo_twin
+    log: dict[str, Any] = {}
+    search_catalogue(twin, None, log, extra)()
+    assert log["examples"] > 0
+    assert not log["properties"]
