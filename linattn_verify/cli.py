@@ -3,6 +3,8 @@
 
 ``run``  verifies the built-in Triton kernels (all three forms) against the oracle on cases drawn
          by the Hypothesis strategies, forward and backward, and writes JSON lines as cases finish.
+``check TARGET`` validates a third-party kernel (``module:function`` or ``file.py:function``)
+         against the property catalogue its declared capabilities allow.
 ``replay FILE`` re-runs a saved failure (from ``--linattn-failures`` or ``run``) and says
          whether it reproduces.
 ``list`` shows the registered kernels and their precision recipes.
@@ -86,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("reports/latest"),
         help="report directory. Default: %(default)s",
     )
+    _add_check_parser(sub)
     replay = sub.add_parser("replay", help="re-run a saved failure and say if it reproduces")
     replay.add_argument("file", type=Path, help="a saved failure (.json) from a failures directory")
     sub.add_parser("list", help="list the registered kernels and their precision recipes")
@@ -99,7 +102,218 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _list()
     if args.command == "replay":
         return _replay(args.file)
+    if args.command == "check":
+        return _check(args)
     return _run(args)
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number but got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 but got {text!r}")
+    return value
+
+
+def _add_check_parser(sub: Any) -> None:
+    check = sub.add_parser(
+        "check",
+        help="validate a third-party kernel against the property catalogue",
+        description="TARGET is 'package.module:function' or 'path/to/file.py:function', a kernel "
+        "in the calling convention fn(q, k, v[, g], *, scale, initial_state, "
+        "output_final_state[, cu_seqlens]).",
+    )
+    check.add_argument("target", metavar="TARGET")
+    sem = check.add_argument_group("what the kernel computes")
+    sem.add_argument("--normalized", action="store_true", help="output is divided by s q·z + eps")
+    sem.add_argument(
+        "--eps",
+        type=_nonnegative_float,
+        default=0.0,
+        help="eps of the normalizer. Default: %(default)r",
+    )
+    sem.add_argument(
+        "--decay",
+        choices=("none", "data"),
+        default="none",
+        help="'data': the kernel takes g [B, T, H]. Default: %(default)r",
+    )
+    sem.add_argument(
+        "--feature-map",
+        choices=("identity", "elu1", "relu"),
+        default="identity",
+        help="feature map the kernel applies itself. Default: %(default)r",
+    )
+    cap = check.add_argument_group("what the kernel supports")
+    cap.add_argument("--varlen", action="store_true", help="accepts cu_seqlens")
+    cap.add_argument("--no-backward", action="store_true", help="not differentiable")
+    cap.add_argument("--no-initial-state", action="store_true", help="takes no initial_state")
+    cap.add_argument("--no-final-state", action="store_true", help="returns no final state")
+    cap.add_argument(
+        "--dtypes",
+        type=_csv(DTYPE_NAMES),
+        default=DTYPE_NAMES,
+        help="input dtypes. Default: %(default)s",
+    )
+    cap.add_argument(
+        "--max-head-dim", type=_positive, default=256, help="largest K and V. Default: %(default)r"
+    )
+    cap.add_argument(
+        "--nondeterministic",
+        action="store_true",
+        help="reruns may differ (within the bound); by default they must be identical",
+    )
+    rec = check.add_argument_group("precision recipe (how the kernel rounds)")
+    rec.add_argument(
+        "--form",
+        choices=FORM_NAMES,
+        default=None,
+        help="algorithm; unknown charges the counts of all three. Default: unknown",
+    )
+    rec.add_argument(
+        "--chunk-size",
+        type=_positive,
+        default=64,
+        help="chunk size of a chunked kernel. Default: %(default)r",
+    )
+    rec.add_argument(
+        "--dot-precision",
+        choices=("ieee", "tf32", "tf32x3"),
+        default=None,
+        help="tl.dot input precision for fp32. Default: ieee on a CPU, tf32 on CUDA",
+    )
+    rec.add_argument(
+        "--intermediate-dtype",
+        choices=("none", "input", "float16", "bfloat16"),
+        default="none",
+        help="dtype intermediates are rounded to. Default: none",
+    )
+    rec.add_argument(
+        "--casts",
+        type=int,
+        default=1,
+        help="roundings to it on one term's path. Default: %(default)r",
+    )
+    run = check.add_argument_group("the search")
+    run.add_argument(
+        "--budget",
+        type=_nonnegative_float,
+        default=60.0,
+        help="wall-clock seconds for the whole check. Default: %(default)r",
+    )
+    run.add_argument(
+        "--timeout",
+        type=_nonnegative_float,
+        default=60.0,
+        help="seconds one kernel call may take. Default: %(default)r",
+    )
+    run.add_argument("--seed", type=int, default=0, help="seed of the search. Default: 0")
+    run.add_argument(
+        "--max-seq-len", type=_positive, default=32, help="longest T drawn. Default: %(default)r"
+    )
+    run.add_argument(
+        "--report", type=Path, default=None, help="directory for the results and saved failures"
+    )
+    run.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def _check(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from linattn_verify.checking import check_kernel, load_target, with_timeout
+    from linattn_verify.errors import InvalidArgument
+    from linattn_verify.kernel import Capabilities, Kernel
+    from linattn_verify.recipe import PrecisionRecipe
+    from linattn_verify.registry import registered_properties
+
+    try:
+        import torch
+
+        from linattn_verify import interpreter
+
+        if not torch.cuda.is_available():
+            # Third-party Triton kernels are decorated when their module is imported.
+            interpreter.enable()
+        fn = load_target(args.target)
+        on_cuda = torch.cuda.is_available()
+        dot = args.dot_precision or ("tf32" if on_cuda else "ieee")
+        # argparse restricted these strings to the recipe's choices; PrecisionRecipe rechecks.
+        recipe = PrecisionRecipe.from_dict(
+            {
+                "form": args.form,
+                "chunk_size": args.chunk_size,
+                "accumulation": "mma" if on_cuda and dot != "ieee" else "ieee",
+                "dot_precision": dot,
+                "intermediate_dtype": None
+                if args.intermediate_dtype == "none"
+                else args.intermediate_dtype,
+                "casts_on_path": 0 if args.intermediate_dtype == "none" else args.casts,
+                "decay_scan": {"recurrent": "per_step", "parallel": "global"}.get(
+                    args.form or "", "chunk_local"
+                ),
+            }
+        )
+        capabilities = Capabilities(
+            normalize=(args.normalized,),
+            eps=args.eps if args.normalized else 0.0,
+            feature_maps=(args.feature_map,),
+            decay=args.decay == "data",
+            backward=not args.no_backward,
+            varlen=args.varlen,
+            initial_state=not args.no_initial_state,
+            final_state=not args.no_final_state,
+            dtypes=args.dtypes,
+            max_head_dim=args.max_head_dim,
+            deterministic=not args.nondeterministic,
+        )
+        kernel = with_timeout(
+            Kernel(
+                name=args.target, fn=fn, capabilities=capabilities, recipe=recipe, form=args.form
+            ),
+            args.timeout,
+        )
+        properties = registered_properties()
+    except InvalidArgument as exc:
+        print(f"linattn-verify check: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    out = sys.stderr if args.json else sys.stdout
+    print(f"linattn-verify check {args.target}", file=out)
+    print(f"  assumed: {capabilities}", file=out)
+    print(f"  recipe:  {recipe}", file=out)
+    print(f"  budget {args.budget:g} s over {len(properties)} properties", file=out)
+    report_dir = args.report or Path(tempfile.mkdtemp(prefix="linattn-check-"))
+    report_dir.mkdir(parents=True, exist_ok=True)
+    report = check_kernel(
+        kernel,
+        properties,
+        budget=args.budget,
+        seed=args.seed,
+        max_seq_len=args.max_seq_len,
+        max_head_dim=min(16, args.max_head_dim),
+        failures_dir=report_dir / "failures",
+        progress=lambda line: print(line, file=out, flush=True),
+    )
+    document = {
+        **report.to_json(),
+        "capabilities": capabilities.__dict__,
+        "recipe": recipe.__dict__,
+        "arguments": {k: str(v) for k, v in vars(args).items()},
+    }
+    (report_dir / "check.json").write_text(json.dumps(document, indent=2, default=str))
+    if args.json:
+        print(json.dumps(document, default=str))
+    for outcome in report.outcomes:
+        if not outcome.ok:
+            print(f"\n{outcome.message}", file=out)
+    held = sum(o.ok for o in report.outcomes)
+    print(
+        f"\n{held} passed, {len(report.outcomes) - held} failed "
+        f"({report.seconds:.1f} s; report in {report_dir})",
+        file=out,
+    )
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def _replay(path: Path) -> int:

@@ -1,0 +1,97 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""`linattn-verify check`: exit 0 for a correct kernel, 1 for a broken one, 2 for usage errors."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from linattn_verify.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+
+KERNELS = textwrap.dedent(
+    """
+    from linattn_verify.reference_kernels import float32_reference
+
+    _reference = float32_reference("recurrent")
+
+
+    def correct(q, k, v, g=None, *, scale=None, initial_state=None,
+                output_final_state=False, cu_seqlens=None):
+        return _reference(q, k, v, g, scale=scale, initial_state=initial_state,
+                          output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+
+
+    def drops_initial_state(q, k, v, g=None, *, scale=None, initial_state=None,
+                            output_final_state=False, cu_seqlens=None):
+        return correct(q, k, v, g, scale=scale, output_final_state=output_final_state,
+                       cu_seqlens=cu_seqlens)
+
+
+    not_callable = 3
+    """
+)
+
+
+@pytest.fixture
+def target_file(tmp_path: Path) -> Path:
+    path = tmp_path / "my_kernels.py"
+    path.write_text(KERNELS)
+    return path
+
+
+def _check(target: str, *flags: str, report: Path) -> int:
+    return main(
+        [
+            "check",
+            target,
+            "--decay",
+            "data",
+            "--form",
+            "recurrent",
+            "--budget",
+            "8",
+            "--max-seq-len",
+            "12",
+            "--report",
+            str(report),
+            *flags,
+        ]
+    )
+
+
+def test_correct_kernel_passes(target_file: Path, tmp_path: Path) -> None:
+    assert _check(f"{target_file}:correct", report=tmp_path / "ok") == EXIT_OK
+    document = json.loads((tmp_path / "ok" / "check.json").read_text())
+    assert document["ok"] is True
+    assert len(document["properties"]) == 13
+
+
+def test_broken_kernel_fails_with_a_replayable_failure(target_file: Path, tmp_path: Path) -> None:
+    report = tmp_path / "bad"
+    assert _check(f"{target_file}:drops_initial_state", report=report) == EXIT_FAILED
+    document = json.loads((report / "check.json").read_text())
+    failed = [p for p in document["properties"] if not p["ok"]]
+    assert failed
+    assert all(p["failure_file"] and Path(p["failure_file"]).is_file() for p in failed)
+    assert all("initial_state" in p["message"] for p in failed)
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["no_colon", "missing_module_xyz:fn", "{file}:not_callable", "{file}:absent", "nope.py:fn"],
+)
+def test_unloadable_target_is_a_usage_error(
+    target: str, target_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _check(target.format(file=target_file), report=tmp_path / "r")
+    assert code == EXIT_USAGE
+    assert "TARGET" in capsys.readouterr().err
+
+
+def test_bad_flag_is_a_usage_error(target_file: Path) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["check", f"{target_file}:correct", "--budget", "-1"])
+    assert info.value.code == EXIT_USAGE
