@@ -8,11 +8,19 @@ is differentiable in q, k, v, g and the initial state and runs wherever torch do
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map, vanishes
-from linattn_verify.oracles.parallel import State
+from linattn_verify.oracles._sequence import (
+    SequenceResult,
+    State,
+    assemble,
+    divide_rows,
+    require_problem,
+    sequence_inputs,
+)
 from linattn_verify.semantics import Problem
 
 
@@ -40,11 +48,7 @@ def chunk_reference(problem: Problem, chunk_size: int = 64) -> tuple[torch.Tenso
     Raises:
         InvalidArgument: if ``problem`` is not a `Problem` or ``chunk_size`` is not an int >= 1.
     """
-    if not isinstance(problem, Problem):
-        raise InvalidArgument(
-            f"Expected problem to be a linattn_verify.semantics.Problem but got "
-            f"{type(problem).__name__}; build one with validate_problem(...)."
-        )
+    require_problem(problem)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
         raise InvalidArgument(
             f"Expected chunk_size to be an int but got chunk_size={chunk_size!r} "
@@ -52,35 +56,16 @@ def chunk_reference(problem: Problem, chunk_size: int = 64) -> tuple[torch.Tenso
         )
     if chunk_size < 1:
         raise InvalidArgument(f"Got chunk_size={chunk_size}, but chunk_size must be >= 1.")
-    outputs, states, key_sums = [], [], []
-    for n, b, start, end in problem.sequences():
-        o, S, z = _sequence(problem, chunk_size, n, b, start, end)
-        outputs.append(o)
-        states.append(S)
-        key_sums.append(z)
-    # Sequences tile the (B, T) axes in order, so concatenating their rows restores [B, T, H, V].
-    o = torch.cat(outputs, dim=0).reshape(*problem.q.shape[:3], problem.v.shape[-1])
-    if not problem.output_final_state:
-        return o, None
-    S_T = torch.stack(states, dim=0)
-    if problem.normalize:
-        return o, (S_T, torch.stack(key_sums, dim=0))
-    return o, S_T
+    return assemble(problem, functools.partial(_sequence, problem, chunk_size))
 
 
-def _sequence(
-    problem: Problem, C: int, n: int, b: int, start: int, end: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _sequence(problem: Problem, C: int, n: int, b: int, start: int, end: int) -> SequenceResult:
     """Return o ``[L, H, V]``, S_T ``[H, K, V]`` and z_T ``[H, K]`` for one sequence."""
     s = problem.scale
-    q = apply_feature_map(problem.q[b, start:end], problem.feature_map).transpose(0, 1)  # [H, L, K]
-    k = apply_feature_map(problem.k[b, start:end], problem.feature_map).transpose(0, 1)  # [H, L, K]
-    v = problem.v[b, start:end].transpose(0, 1)  # [H, L, V]
-    H, L, K = q.shape
-    V = v.shape[-1]
-    g = None if problem.g is None else problem.g[b, start:end].to(q.dtype).transpose(0, 1)
-    S = _initial(problem.initial_state, n, (H, K, V), q)
-    z = _initial(problem.initial_key_sum, n, (H, K), q)
+    seq = sequence_inputs(problem, n, b, start, end, heads_first=True)
+    q, k, v, g = seq.q, seq.k, seq.v, seq.g  # [H, L, K], [H, L, K], [H, L, V], [H, L]
+    H, L, V = seq.H, seq.L, seq.V
+    S, z = seq.S0, seq.z0
     outputs = []
     for c0 in range(0, L, C):
         c1 = min(c0 + C, L)
@@ -109,27 +94,9 @@ def _sequence(
             total = torch.exp(Gl_end)  # [H, 1]
             S = total[..., None] * S + kw.transpose(-1, -2) @ vc
             z = total * z + kw.sum(dim=1)
-        if problem.normalize:
-            Zc = Zc + problem.eps
-            zero = vanishes(Zc)
-            # Rows whose denominator is exactly zero return 0 (semantics.py); the safe divisor
-            # keeps autograd free of 0/0 on the discarded branch.
-            oc = torch.where(
-                zero[..., None], torch.zeros_like(N), N / torch.where(zero, 1, Zc)[..., None]
-            )
-        else:
-            oc = N
-        outputs.append(oc)
+        outputs.append(divide_rows(N, Zc + problem.eps) if problem.normalize else N)
     o = torch.cat(outputs, dim=1) if outputs else q.new_zeros(H, 0, V)
     return o.transpose(0, 1), S, z
-
-
-def _initial(
-    state: torch.Tensor | None, n: int, shape: tuple[int, ...], like: torch.Tensor
-) -> torch.Tensor:
-    if state is None:
-        return like.new_zeros(shape)
-    return state[n].to(like.dtype)
 
 
 __all__ = ["chunk_reference"]

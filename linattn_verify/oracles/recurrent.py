@@ -9,11 +9,18 @@ and the initial state and runs wherever torch does.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map, vanishes
-from linattn_verify.oracles.parallel import State
+from linattn_verify.oracles._sequence import (
+    SequenceResult,
+    State,
+    assemble,
+    divide_rows,
+    require_problem,
+    sequence_inputs,
+)
 from linattn_verify.semantics import Problem
 
 
@@ -38,41 +45,19 @@ def recurrent_reference(problem: Problem) -> tuple[torch.Tensor, State]:
     Raises:
         InvalidArgument: if ``problem`` is not a `Problem`.
     """
-    if not isinstance(problem, Problem):
-        raise InvalidArgument(
-            f"Expected problem to be a linattn_verify.semantics.Problem but got "
-            f"{type(problem).__name__}; build one with validate_problem(...)."
-        )
-    outputs, states, key_sums = [], [], []
-    for n, b, start, end in problem.sequences():
-        o, S, z = _sequence(problem, n, b, start, end)
-        outputs.append(o)
-        states.append(S)
-        key_sums.append(z)
-    # Sequences tile the (B, T) axes in order, so concatenating their rows restores [B, T, H, V].
-    o = torch.cat(outputs, dim=0).reshape(*problem.q.shape[:3], problem.v.shape[-1])
-    if not problem.output_final_state:
-        return o, None
-    S_T = torch.stack(states, dim=0)
-    if problem.normalize:
-        return o, (S_T, torch.stack(key_sums, dim=0))
-    return o, S_T
+    require_problem(problem)
+    return assemble(problem, functools.partial(_sequence, problem))
 
 
-def _sequence(
-    problem: Problem, n: int, b: int, start: int, end: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _sequence(problem: Problem, n: int, b: int, start: int, end: int) -> SequenceResult:
     """Return o ``[L, H, V]``, S_T ``[H, K, V]`` and z_T ``[H, K]`` for one sequence."""
     s = problem.scale
-    q = apply_feature_map(problem.q[b, start:end], problem.feature_map)  # [L, H, K]
-    k = apply_feature_map(problem.k[b, start:end], problem.feature_map)  # [L, H, K]
-    v = problem.v[b, start:end]  # [L, H, V]
-    L, H, K = q.shape
-    V = v.shape[-1]
+    seq = sequence_inputs(problem, n, b, start, end, heads_first=False)
+    q, k, v = seq.q, seq.k, seq.v  # [L, H, K], [L, H, K], [L, H, V]
+    L, H, V = seq.L, seq.H, seq.V
     # Per-step factors a_t = exp(g_t), all at once: the recurrence multiplies by them one by one.
-    a = None if problem.g is None else torch.exp(problem.g[b, start:end].to(q.dtype))  # [L, H]
-    S = _initial(problem.initial_state, n, (H, K, V), q)
-    z = _initial(problem.initial_key_sum, n, (H, K), q)
+    a = None if seq.g is None else torch.exp(seq.g)  # [L, H]
+    S, z = seq.S0, seq.z0
     sq = s * q  # [L, H, K]
     numerators, denominators = [], []
     for t in range(L):
@@ -93,19 +78,7 @@ def _sequence(
     if not problem.normalize:
         return N, S, z
     Z = torch.stack(denominators, dim=0) + problem.eps  # [L, H]
-    zero = vanishes(Z)
-    # Rows whose denominator is exactly zero return 0 (semantics.py); the safe divisor keeps
-    # autograd free of 0/0 on the discarded branch.
-    o = torch.where(zero[..., None], torch.zeros_like(N), N / torch.where(zero, 1, Z)[..., None])
-    return o, S, z
-
-
-def _initial(
-    state: torch.Tensor | None, n: int, shape: tuple[int, ...], like: torch.Tensor
-) -> torch.Tensor:
-    if state is None:
-        return like.new_zeros(shape)
-    return state[n].to(like.dtype)
+    return divide_rows(N, Z), S, z
 
 
 __all__ = ["recurrent_reference"]

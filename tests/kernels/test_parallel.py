@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from linattn_verify.compare import assert_linattn_close
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.semantics import validate_problem
 
 with warnings.catch_warnings():
     # Without CUDA the kernels announce their interpreter fallback once; that is intended here.
@@ -34,8 +32,6 @@ pytestmark = [
     pytest.mark.interpret,
     pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning"),
 ]
-
-GRAD_NAMES = ("q", "k", "v", "g", "initial_state", "initial_key_sum")
 
 
 @dataclass(frozen=True)
@@ -99,173 +95,68 @@ SETUPS = {
 }  # fmt: skip
 
 
-def _inputs(setup: Setup) -> dict[str, Any]:
-    """Draw the kernel's arguments for ``setup``; differentiable tensors are leaves."""
-    gen = torch.Generator().manual_seed(setup.seed)
-    B, T, H, K, V = setup.B, setup.T, setup.H, setup.K, setup.V
-
-    def leaf(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        return x.to(dtype).requires_grad_()
-
-    g = None
-    if setup.decay != "none":
-        floor = 0.1 if setup.decay == "mild" else 20.0
-        g_value = -floor * torch.rand(B, T, H, generator=gen)
-        if setup.decay == "steep":
-            # A gate of exactly 0 and one at the floor (both shipped bugs, BUG_CLASSES.md).
-            g_value[:, 0] = 0.0
-            g_value[:, -1] = -floor
-        g = leaf(g_value, setup.dtype)
-    N = B if setup.cu_seqlens is None else len(setup.cu_seqlens) - 1
-    initial_state: Any = None
-    if setup.initial_state:
-        S0 = leaf(torch.randn(N, H, K, V, generator=gen), setup.state_dtype)
-        if setup.normalize:
-            z0 = leaf(torch.rand(N, H, K, generator=gen), setup.state_dtype)
-            initial_state = (S0, z0)
-        else:
-            initial_state = S0
-    cu = None
-    if setup.cu_seqlens is not None:
-        cu = torch.tensor(setup.cu_seqlens, dtype=torch.int32)
-    return {
-        "q": leaf(torch.randn(B, T, H, K, generator=gen), setup.dtype),
-        "k": leaf(torch.randn(B, T, H, K, generator=gen), setup.dtype),
-        "v": leaf(torch.randn(B, T, H, V, generator=gen), setup.dtype),
-        "g": g,
-        "scale": setup.scale,
-        "normalize": setup.normalize,
-        "eps": setup.eps,
-        "feature_map": setup.feature_map,
-        "initial_state": initial_state,
-        "output_final_state": setup.final_state,
-        "cu_seqlens": cu,
-    }
+def _run(kit: Any, kwargs: dict[str, Any], seed: int = 0) -> Any:
+    return kit.forward_backward(parallel_linear_attention, kwargs, seed)
 
 
-def _as_list(state: Any) -> list[torch.Tensor]:
-    if state is None:
-        return []
-    return list(state) if isinstance(state, tuple) else [state]
-
-
-def _detached(state: Any) -> Any:
-    if isinstance(state, tuple):
-        return tuple(x.detach() for x in state)
-    return None if state is None else state.detach()
-
-
-@dataclass
-class Run:
-    """One forward and backward: outputs, the cotangents used, and the gradients."""
-
-    o: torch.Tensor
-    final: Any
-    grads: dict[str, torch.Tensor]
-    do: torch.Tensor
-    d_final: Any
-
-    def tensors(self) -> list[torch.Tensor]:
-        """Every output and gradient, in a fixed order."""
-        return [self.o, *_as_list(self.final), *self.grads.values()]
-
-
-def _run(kwargs: dict[str, Any], seed: int = 0) -> Run:
-    """Run forward, then backward with random non-zero cotangents for o and the final state."""
-    q, k, v, g = (kwargs[name] for name in ("q", "k", "v", "g"))
-    options = {key: val for key, val in kwargs.items() if key not in ("q", "k", "v", "g")}
-    o, final = parallel_linear_attention(q, k, v, g, **options)
-    gen = torch.Generator().manual_seed(seed + 1)
-    do = torch.randn(o.shape, generator=gen).to(o.dtype)
-    finals = _as_list(final)
-    d_finals = [torch.randn(f.shape, generator=gen).to(f.dtype) for f in finals]
-    leaves = [(n, x) for n, x in zip(GRAD_NAMES, [q, k, v, g, *_as_list(kwargs["initial_state"])],
-                                     strict=False) if x is not None]  # fmt: skip
-    grads = torch.autograd.grad([o, *finals], [x for _, x in leaves], [do, *d_finals])
-    d_final = None if not d_finals else tuple(d_finals) if len(d_finals) == 2 else d_finals[0]
-    return Run(
-        o=o.detach(),
-        final=_detached(final),
-        grads={n: d for (n, _), d in zip(leaves, grads, strict=True)},
-        do=do,
-        d_final=d_final,
-    )
-
-
-def _problem(kwargs: dict[str, Any]) -> Any:
-    """The problem exactly as the kernel received it (same rounded tensors, detached)."""
-    options = {key: val for key, val in kwargs.items() if key not in ("q", "k", "v", "g")}
-    options["initial_state"] = _detached(kwargs["initial_state"])
-    q, k, v, g = (_detached(kwargs[name]) for name in ("q", "k", "v", "g"))
-    return validate_problem(q, k, v, g, **options)
-
-
-def _assert_close(kwargs: dict[str, Any], run: Run, dtype: torch.dtype) -> None:
+def _assert_close(kit: Any, kwargs: dict[str, Any], run: Any, dtype: torch.dtype) -> None:
     __tracebackhide__ = True
-    assert_linattn_close(
-        _problem(kwargs),
-        run.o,
-        run.final,
-        recipe=PrecisionRecipe(**precision_recipe(dtype)),  # type: ignore[arg-type]
-        grads=run.grads,
-        do=run.do,
-        d_final_state=run.d_final,
-        name="triton/parallel",
-    )
+    recipe = PrecisionRecipe(**precision_recipe(dtype))  # type: ignore[arg-type]
+    kit.assert_close(kwargs, run, recipe, "triton/parallel")
 
 
 @pytest.mark.parametrize("setup", list(SETUPS.values()), ids=list(SETUPS))
-def test_parallel_fwd_bwd_matches_oracle(setup: Setup) -> None:
+def test_parallel_fwd_bwd_matches_oracle(kit: Any, setup: Setup) -> None:
     """Output, final state and every gradient lie within the float64 oracle's error bounds."""
-    kwargs = _inputs(setup)
+    kwargs = kit.draw_inputs(setup)
     if setup.decay == "steep" and setup.T > 60:
         # The steep cases must drive |G| past fp32 exp's range inside one 64-token block.
         g = kwargs["g"].detach().double()[:, : blocks(setup.K, setup.V).BT]
         assert float(g.sum(1).min()) < -88
-    run = _run(kwargs, setup.seed)
+    run = _run(kit, kwargs, setup.seed)
     assert run.o.dtype == setup.dtype
     assert run.o.shape == (setup.B, setup.T, setup.H, setup.V)
     for name in ("q", "k", "v", "g"):
         if kwargs[name] is not None:
             assert run.grads[name].dtype == kwargs[name].dtype, name
-    for name, x in zip(GRAD_NAMES[4:], _as_list(kwargs["initial_state"]), strict=False):
+    for name, x in zip(kit.GRAD_NAMES[4:], kit.as_list(kwargs["initial_state"]), strict=False):
         assert run.grads[name].dtype == x.dtype, name
-    for x in _as_list(run.final):
+    for x in kit.as_list(run.final):
         assert x.dtype == torch.float32
-    _assert_close(kwargs, run, setup.dtype)
+    _assert_close(kit, kwargs, run, setup.dtype)
 
 
-def test_parallel_zero_denominator_row_returns_zero() -> None:
+def test_parallel_zero_denominator_row_returns_zero(kit: Any) -> None:
     """A normalized row with φ(q_t) = 0 and eps = 0 is 0/0: it returns 0 and passes no gradient."""
     setup = Setup(T=70, H=1, feature_map="relu", normalize=True, decay="mild")
-    kwargs = _inputs(setup)
+    kwargs = kit.draw_inputs(setup)
     with torch.no_grad():
         kwargs["q"][:, 66] = -kwargs["q"][:, 66].abs() - 0.5
-    run = _run(kwargs, setup.seed)
+    run = _run(kit, kwargs, setup.seed)
     assert bool((run.o[:, 66] == 0).all())
     assert bool(run.o[:, 67:].ne(0).any())
     assert bool((run.grads["q"][:, 66] == 0).all())
     assert all(bool(torch.isfinite(d).all()) for d in run.grads.values())
-    _assert_close(kwargs, run, setup.dtype)
+    _assert_close(kit, kwargs, run, setup.dtype)
 
 
-def test_parallel_oracle_check_rejects_a_wrong_gradient() -> None:
+def test_parallel_oracle_check_rejects_a_wrong_gradient(kit: Any) -> None:
     """The comparison is not vacuous: a dk off by far more than rounding is rejected."""
     setup = SETUPS["elu1-norm-eps0-mild-h0-T100-fp32"]
-    kwargs = _inputs(setup)
-    run = _run(kwargs, setup.seed)
+    kwargs = kit.draw_inputs(setup)
+    run = _run(kit, kwargs, setup.seed)
     run.grads["k"] = run.grads["k"].clone()
     run.grads["k"][0, 80, 1, 3] += 1e-3 * (1 + run.grads["k"].abs().max())
     with pytest.raises(PropertyViolation):
-        _assert_close(kwargs, run, setup.dtype)
+        _assert_close(kit, kwargs, run, setup.dtype)
 
 
-def test_parallel_packed_sequences_equal_separate_runs() -> None:
+def test_parallel_packed_sequences_equal_separate_runs(kit: Any) -> None:
     """Packing with cu_seqlens gives bit-identical results to running each sequence alone."""
     setup = Setup(T=90, H=1, K=8, V=12, feature_map="elu1", normalize=True, eps=1e-6,
                   decay="mild", initial_state=True, cu_seqlens=(0, 0, 1, 70, 90))  # fmt: skip
-    kwargs = _inputs(setup)
-    packed = _run(kwargs)
+    kwargs = kit.draw_inputs(setup)
+    packed = _run(kit, kwargs)
     bounds = setup.cu_seqlens
     assert bounds is not None
     S0, z0 = kwargs["initial_state"]
@@ -290,20 +181,10 @@ def test_parallel_packed_sequences_equal_separate_runs() -> None:
         d_final = (packed.d_final[0][n : n + 1], packed.d_final[1][n : n + 1])
         leaves = [q, k, v, g, *part["initial_state"]]
         grads = torch.autograd.grad([o, *final], leaves, [seq_do, *d_final])
-        for name, d in zip(GRAD_NAMES, grads, strict=True):
+        for name, d in zip(kit.GRAD_NAMES, grads, strict=True):
             expected = packed.grads[name]
             expected = expected[:, a:b] if name in ("q", "k", "v", "g") else expected[n : n + 1]
             assert torch.equal(d, expected), name
-
-
-def _poisoned_empty(empty: Any) -> Any:
-    def poisoned(*args: Any, **kwargs: Any) -> torch.Tensor:
-        x = empty(*args, **kwargs)
-        if x.is_floating_point():
-            x.fill_(math.nan)
-        return x
-
-    return poisoned
 
 
 POISON_SETUP = Setup(
@@ -312,50 +193,23 @@ POISON_SETUP = Setup(
 )  # fmt: skip
 
 
-def test_parallel_poisoned_allocations_never_leak(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parallel_poisoned_allocations_never_leak(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With every torch.empty buffer NaN-filled, all outputs are finite and bitwise unchanged."""
-    clean = _run(_inputs(POISON_SETUP)).tensors()
-    monkeypatch.setattr(torch, "empty", _poisoned_empty(torch.empty))
-    assert bool(torch.isnan(torch.empty(2)).all())
-    dirty = _run(_inputs(POISON_SETUP)).tensors()
-    for a, b in zip(clean, dirty, strict=True):
-        assert bool(torch.isfinite(b).all())
-        assert torch.equal(a, b)
+    kit.assert_poison_never_leaks(
+        monkeypatch, lambda: _run(kit, kit.draw_inputs(POISON_SETUP)).tensors()
+    )
 
 
-def test_parallel_reruns_bit_identical_and_inputs_untouched() -> None:
+def test_parallel_reruns_bit_identical_and_inputs_untouched(kit: Any) -> None:
     """Reruns are bitwise equal, inputs are unchanged, and strided views give the same bits."""
-    kwargs = _inputs(POISON_SETUP)
-    tensors = {n: x for n, x in kwargs.items() if isinstance(x, torch.Tensor)}
-    before = {n: x.detach().clone() for n, x in tensors.items()}
-    states_before = [x.detach().clone() for x in kwargs["initial_state"]]
-    first = _run(kwargs).tensors()
-    second = _run(kwargs).tensors()
-    for a, b in zip(first, second, strict=True):
-        assert torch.equal(a, b)
-    for name, x in before.items():
-        assert torch.equal(tensors[name].detach(), x), name
-    for x, y in zip(kwargs["initial_state"], states_before, strict=True):
-        assert torch.equal(x.detach(), y)
-    strided = dict(kwargs)
-    for name in ("q", "k", "v"):
-        x = kwargs[name].detach()
+    kit.assert_reruns_identical(
+        kit.draw_inputs(POISON_SETUP),
+        lambda kwargs: _run(kit, kwargs).tensors(),
         # Every other column of a buffer twice as wide: same values, non-unit last stride.
-        view = torch.stack([x, torch.zeros_like(x)], dim=-1)[..., 0].requires_grad_()
-        assert not view.is_contiguous()
-        strided[name] = view
-    for a, b in zip(first, _run(strided).tensors(), strict=True):
-        assert torch.equal(a, b)
-
-
-def _call(**overrides: Any) -> None:
-    args: dict[str, Any] = {
-        "q": torch.randn(1, 4, 2, 8),
-        "k": torch.randn(1, 4, 2, 8),
-        "v": torch.randn(1, 4, 2, 6),
-    }
-    args.update(overrides)
-    parallel_linear_attention(**args)
+        lambda x: torch.stack([x, torch.zeros_like(x)], dim=-1)[..., 0],
+    )
 
 
 @pytest.mark.parametrize(
@@ -377,10 +231,10 @@ def _call(**overrides: Any) -> None:
     ],
     ids=lambda x: x if isinstance(x, str) else None,
 )
-def test_parallel_rejects_bad_arguments(overrides: dict[str, Any], argument: str) -> None:
+def test_parallel_rejects_bad_arguments(kit: Any, overrides: dict[str, Any], argument: str) -> None:
     """Each malformed argument raises ValueError naming it."""
     with pytest.raises(ValueError, match=argument):
-        _call(**overrides)
+        kit.call_with_defaults(parallel_linear_attention, **overrides)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
