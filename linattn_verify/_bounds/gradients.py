@@ -187,47 +187,37 @@ def _add_lost_intermediates(
     B_dkf: torch.Tensor,
     B_dG: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Add the absolute error of casts whose result underflows the intermediate dtype.
+    """Add the absolute error of partial products lost to underflow or casts.
 
-    A partial product that underflows or is cast to the intermediate dtype loses up to
-    `Units.lost_intermediate` absolutely (as in the forward bound), whichever factor of a
-    product it was; each term is charged that loss times the other factor, for each factor.
+    A partial product of a term that underflows (or is cast to the intermediate dtype) loses up
+    to c = `Units.lost_intermediate` before the remaining factors multiply it. Which factors
+    remain depends on the kernel's evaluation order, but their product is at most the product
+    of max(1, |f|) over all the term's factors, so each term is charged c · Π max(1, |f|): a
+    bound valid for every order (weights w <= 1 contribute 1).
     """
-    seq, c, s = f.seq, f.seq.units.lost_intermediate, f.seq.scale
-    qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
-    S0a, doa, dSa = seq.S0.abs(), ct.do.abs(), ct.dS.abs()
-    W_tok, w0, wE, wE0 = seq.W[..., 1:], seq.W[..., 0], seq.W_end[:, 1:], seq.W_end[:, 0]
-    mask = (W_tok > 0).to(R.dtype)
-    rowsum_do = doa.sum(-1, keepdim=True)  # [H, L, 1]
-    C_dqf = (
-        c
-        * s
-        * (
-            (W_tok * R).sum(-1, keepdim=True)
-            + mask @ ka
-            + w0[..., None] * zeta * (rowsum_do + S0a.sum(-1)[:, None, :])
-        )
-    )
-    C_dkf = c * s * ((W_tok * R).sum(-2)[..., None] + mask.transpose(-1, -2) @ qa) + c * wE[
-        ..., None
-    ] * (va.sum(-1, keepdim=True) + dSa.sum(-1)[:, None, :])
-    absA = qa @ ka.transpose(-1, -2)
-    out["B_v"] = out["B_v"] + c * (
-        mask.transpose(-1, -2) @ doa
-        + (s * W_tok * absA * zeta).sum(-2)[..., None]
-        + wE[..., None] * (ka.sum(-1, keepdim=True) + dSa.sum(-2)[:, None, :])
-    )
-    started = (w0 > 0).to(R.dtype)  # [H, L]
-    q_weight = s * qa * (w0 * zeta[..., 0])[..., None]  # [H, L, K]
-    out["B_S0"] = out["B_S0"] + c * (
-        (started[..., None] * doa).sum(1)[:, None, :]
-        + q_weight.sum(1)[..., None]
-        + wE0[:, None, None]
-    )
-    out["B_z0"] = out["B_z0"] + c * (
-        (started * do_o).sum(-1)[:, None] + q_weight.sum(1) + wE0[:, None]
-    )
-    C_dG = (qa * C_dqf).sum(-1) + (ka * C_dkf).sum(-1) + c * seq.K
+    seq, c = f.seq, f.seq.units.lost_intermediate
+
+    def m1(x: torch.Tensor) -> torch.Tensor:
+        return x.abs().clamp(min=1.0)
+
+    s1 = max(1.0, seq.scale)
+    q1, k1, v1 = m1(seq.q_feat), m1(seq.k_feat), m1(seq.v)  # [H, L, K|V]
+    S01, z01, do1, o1 = m1(seq.S0), m1(seq.z0), m1(ct.do), m1(f.o)
+    dS1, dz1 = m1(ct.dS), m1(ct.dz)
+    z1 = m1(zeta)  # [H, L, 1]
+    mask = (seq.W[..., 1:] > 0).to(R.dtype)  # [H, L, L]
+    # dP_tj = (do_t·v_j - do_t·o_t) ζ_t: Σ over the value index of its factor products.
+    P1 = (do1 @ v1.transpose(-1, -2) + (do1 * o1).sum(-1, keepdim=True)) * z1  # [H, L, L]
+    A1 = q1 @ k1.transpose(-1, -2)  # [H, L, L], Σ_m of max1 factor products of q̃·k̃
+    P0 = (do1 @ S01.transpose(-1, -2) + (do1 * o1).sum(-1, keepdim=True) * z01[:, None, :]) * z1
+    final_k = v1 @ dS1.transpose(-1, -2) + dz1[:, None, :]  # [H, L, K]
+    C_dqf = c * s1 * ((mask * P1) @ k1 + P0)
+    C_dkf = c * (s1 * (mask * P1).transpose(-1, -2) @ q1 + final_k)
+    out["B_v"] = out["B_v"] + c * (s1 * (mask * A1 * z1).transpose(-1, -2) @ do1 + k1 @ dS1)
+    qz1 = q1 * z1  # [H, L, K]
+    out["B_S0"] = out["B_S0"] + c * (s1 * qz1.transpose(-1, -2) @ do1 + dS1)
+    out["B_z0"] = out["B_z0"] + c * (s1 * (qz1 * (do1 * o1).sum(-1, keepdim=True)).sum(1) + dz1)
+    C_dG = (q1 * C_dqf).sum(-1) + (k1 * C_dkf).sum(-1) + c * seq.K
     return B_dqf + C_dqf, B_dkf + C_dkf, B_dG + C_dG
 
 
