@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--examples",
         type=_positive,
-        default=4,
+        default=20,
         help="cases per form and dtype. Default: %(default)s",
     )
     run.add_argument(
