@@ -14,11 +14,11 @@ from dataclasses import replace
 
 import torch
 
-from linattn_properties.contract import (
+from linattn_properties._support import (
+    attempt,
     compare_within,
     finish,
     run_bounds,
-    run_kernel,
     skipped,
 )
 from linattn_verify.kernel import Kernel
@@ -84,7 +84,7 @@ def linear_in_values_and_state(spec: ProblemSpec, kernel: Kernel) -> PropertyRes
     p1 = problem
     p2 = replace(problem, v=v2, initial_state=S2)
     p3 = replace(problem, v=v3, initial_state=S3)
-    runs = [run_kernel(kernel, p) for p in (p1, p2, p3)]
+    runs = [attempt(kernel, p) for p in (p1, p2, p3)]
     failures = [f"run {i + 1}: {r}" for i, r in enumerate(runs) if isinstance(r, str)]
     if failures:
         return finish(prop, kernel, spec, failures, {})
@@ -98,8 +98,8 @@ def linear_in_values_and_state(spec: ProblemSpec, kernel: Kernel) -> PropertyRes
         correction = _exact(replace(problem.to(torch.float64), v=dv, initial_state=dS))
     bounds = [run_bounds(kernel, p) for p in (p1, p2, p3)]
     max_r, worst = 0.0, None
-    for name, actual in r3.tensors.items():
-        expected = alpha * r1.tensors[name].double() + beta * r2.tensors[name].double()
+    for name, actual in r3.outputs.items():
+        expected = alpha * r1.outputs[name].double() + beta * r2.outputs[name].double()
         if name in correction:
             expected = expected + correction[name]
         b1, b2, b3 = (b[name] for b in bounds)
@@ -156,7 +156,7 @@ def normalized_affine_and_convex(spec: ProblemSpec, kernel: Kernel) -> PropertyR
     shifted = (v.double() + c).to(v.dtype)
     dv = shifted.double() - (v.double() + c)
     p2 = replace(problem, v=shifted)
-    r1, r2 = run_kernel(kernel, problem), run_kernel(kernel, p2)
+    r1, r2 = attempt(kernel, problem), attempt(kernel, p2)
     failures = [f"run {i}: {r}" for i, r in ((1, r1), (2, r2)) if isinstance(r, str)]
     if isinstance(r1, str) or isinstance(r2, str):
         return finish(prop, kernel, spec, failures, {})
@@ -167,14 +167,14 @@ def normalized_affine_and_convex(spec: ProblemSpec, kernel: Kernel) -> PropertyR
     eps = recipe.effective_eps(problem.eps)
     Z = res.denominator
     rho = torch.where(Z == 0, 0.0, (Z - eps) / torch.where(Z == 0, 1.0, Z))
-    o1 = r1.tensors["o"].double()
+    o1 = r1.outputs["o"].double()
     expected = o1 + c * rho
     if bool(dv.any()):
         expected = expected + _exact(replace(problem.to(torch.float64), v=dv))["o"]
     slack = 4 * _U64 * (expected.abs() + abs(c))
     affine = compare_within(
         "o",
-        r2.tensors["o"],
+        r2.outputs["o"],
         expected,
         b1.bound + b2.bound + slack,
         magnitude=b2.magnitude,

@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import torch
 
-from linattn_properties.contract import (
+from linattn_properties._support import (
+    attempt,
     bitwise_message,
     finish,
-    run_kernel,
     skipped,
 )
 from linattn_verify.kernel import Kernel
@@ -89,28 +89,28 @@ def causal_outputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         return skipped(prop, kernel, spec, "no sequence has a position after the cut (T <= 1)")
     mask = future_mask(problem, t)
     with_final = kernel.capabilities.final_state
-    base = run_kernel(kernel, problem, output_final_state=with_final)
-    other = run_kernel(kernel, _perturbed(problem, mask, spec.seed), output_final_state=with_final)
+    base = attempt(kernel, problem, output_final_state=with_final)
+    other = attempt(kernel, _perturbed(problem, mask, spec.seed), output_final_state=with_final)
     failures = [f"{label}: {r}" for label, r in (("x", base), ("x'", other)) if isinstance(r, str)]
     if isinstance(base, str) or isinstance(other, str):
         return finish(prop, kernel, spec, failures, {"t": t})
     condition = f"after changing the inputs at positions > t={t}"
     past = (~mask)[..., None, None]
     worst_diff, worst_index, mismatches = 0.0, None, 0
-    o = base.tensors["o"]
+    o = base.outputs["o"]
     # Future rows may differ; copy them over so indices stay those of [B, T, H, V].
-    o2 = torch.where(past, other.tensors["o"], o)
+    o2 = torch.where(past, other.outputs["o"], o)
     message, diff, index = bitwise_message(f"o at positions <= {t}", o2, o, condition)
     if message is not None:
         failures.append(message)
         worst_diff, worst_index, mismatches = diff, index, 1
     done = [n for n, _, start, end in problem.sequences() if end - start <= t + 1]
     for name in ("final_state", "final_key_sum"):
-        if name in base.tensors and done:
+        if name in base.outputs and done:
             message, diff, _ = bitwise_message(
                 f"{name} of sequences {done} (length <= {t + 1})",
-                other.tensors[name][done],
-                base.tensors[name][done],
+                other.outputs[name][done],
+                base.outputs[name][done],
                 condition,
             )
             if message is not None:
@@ -148,13 +148,13 @@ def causal_gradients_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         return skipped(prop, kernel, spec, "no sequence has a position after the cut (T <= 1)")
     mask = future_mask(problem, t)
     keep = (~mask)[..., None, None]
-    run = run_kernel(kernel, problem, cotangent_seed=spec.seed + 1, do_mask=keep)
+    run = attempt(kernel, problem, cotangent_seed=spec.seed + 1, do_mask=keep)
     if isinstance(run, str):
         return finish(prop, kernel, spec, [run], {"t": float(t)})
     failures = []
     worst, worst_index = 0.0, None
     for name in ("q", "k", "v", "g"):
-        grad = run.grads.get(name)
+        grad = run.filled_grads.get(name)
         if grad is None:
             continue
         m = mask.reshape(*mask.shape, *([1] * (grad.ndim - 2)))

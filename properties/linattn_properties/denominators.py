@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from linattn_properties.contract import finish, run_bounds, run_kernel, skipped
+from linattn_properties._support import attempt, finish, run_bounds, skipped
 from linattn_verify.compare import compare
 from linattn_verify.kernel import Kernel
 from linattn_verify.strategies import ProblemSpec
@@ -46,10 +46,10 @@ def denominator_stable(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         return skipped(prop, kernel, spec, reason)
     if not problem.normalize:
         return skipped(prop, kernel, spec, "unnormalized output has no denominator")
-    run = run_kernel(kernel, problem)
+    run = attempt(kernel, problem)
     if isinstance(run, str):
         return finish(prop, kernel, spec, [run], {})
-    o = run.tensors["o"]
+    o = run.outputs["o"]
     bound = run_bounds(kernel, problem)["o"]
     res = bound.residual
     assert res is not None

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from linattn_properties.oracle import (
+from linattn_properties._support import (
     KernelFailure,
     KernelRun,
     kernel_recipe,
@@ -183,7 +183,7 @@ def _evaluate(
     cotangents: tuple[torch.Tensor, Any] | None,
 ) -> _Outcome:
     recipe = kernel_recipe(kernel, problem.q.dtype)
-    run = run_kernel(kernel, problem, cotangents=cotangents)
+    run = run_kernel(kernel, problem, cotangents=cotangents, caller_judges=True)
     exact = with_effective_eps(problem, recipe)
     bounds = dict(forward_bounds(exact, recipe).tensors)
     if cotangents is not None:
@@ -492,15 +492,15 @@ def state_split_composes(
     )
     first = _subproblem(whole, 0, s, initial)
     try:
-        run_whole = run_kernel(kernel, whole)
-        run_first = run_kernel(kernel, first)
+        run_whole = run_kernel(kernel, whole, caller_judges=True)
+        run_first = run_kernel(kernel, first, caller_judges=True)
         try:
             second = _subproblem(whole, s, spec.T, run_first.final_state)
         except InvalidArgument as exc:
             raise KernelFailure(
                 f"{kernel.name}'s final state at s={s} is not a valid initial state: {exc}"
             ) from None
-        run_second = run_kernel(kernel, second)
+        run_second = run_kernel(kernel, second, caller_judges=True)
     except KernelFailure as exc:
         return make_result(name, kernel.name, spec, ok=False, message=str(exc))
     fb_whole = forward_bounds(with_effective_eps(whole, recipe), recipe).tensors
@@ -639,9 +639,9 @@ def varlen_matches_separate_runs(spec: ProblemSpec, kernel: Kernel) -> PropertyR
     recipe = kernel_recipe(kernel, problem.q.dtype)
     segments = [(n, start, end) for n, _, start, end in problem.sequences()]
     try:
-        packed = run_kernel(kernel, problem)
+        packed = run_kernel(kernel, problem, caller_judges=True)
         separate = {
-            n: (sub, run_kernel(kernel, sub))
+            n: (sub, run_kernel(kernel, sub, caller_judges=True))
             for n, start, end in segments
             if end > start
             for sub in [_subproblem(problem, start, end, _initial_row(problem, n))]

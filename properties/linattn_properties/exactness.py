@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from linattn_properties.contract import bitwise_message, finish, run_kernel, skipped
+from linattn_properties._support import attempt, bitwise_message, finish, skipped
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Kernel
 from linattn_verify.oracles.exact import exact_oracle
@@ -208,7 +208,7 @@ def dyadic_inputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     reason = kernel.supports(problem)
     if reason is not None:
         return skipped(prop, kernel, spec, reason)
-    run = run_kernel(kernel, problem)
+    run = attempt(kernel, problem)
     if isinstance(run, str):
         return finish(prop, kernel, spec, [run], {})
     o_exact, final = exact_oracle(problem)
@@ -220,7 +220,7 @@ def dyadic_inputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     failures: list[str] = []
     worst, worst_index, mismatches = 0.0, None, 0
     condition = f"to the exact result (dyadic inputs, |n| <= {limit}, every sum exact)"
-    for name, actual in run.tensors.items():
+    for name, actual in run.outputs.items():
         exact = expected[name]
         if name == "o" and problem.normalize:
             message, diff, index = _quotient_check(kernel, problem, actual, exact)

@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from linattn_properties.contract import (
+from linattn_properties._support import (
+    attempt,
     bitwise_mismatch,
     compare_within,
     finish,
     run_bounds,
-    run_kernel,
     skipped,
 )
 from linattn_verify.kernel import Kernel
@@ -173,7 +173,7 @@ def batch_and_head_equivariant(
     if seed is not None:
         do, d_final = random_cotangents(problem, seed)
         cotangents = (do, d_final if problem.output_final_state else None)
-    base = run_kernel(kernel, problem, cotangents=cotangents)
+    base = attempt(kernel, problem, cotangents=cotangents)
     if isinstance(base, str):
         return finish(prop, kernel, spec, [base], {})
     base_bounds = run_bounds(kernel, problem, cotangents)
@@ -185,7 +185,7 @@ def batch_and_head_equivariant(
         sub_cotangents = None
         if with_grads and cotangents is not None:
             sub_cotangents = (index.rows(cotangents[0]), _reindex_state(index, cotangents[1]))
-        run = run_kernel(kernel, sub, cotangents=sub_cotangents)
+        run = attempt(kernel, sub, cotangents=sub_cotangents)
         if isinstance(run, str):
             failures.append(f"{label}: {run}")
             continue

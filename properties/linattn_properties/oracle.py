@@ -1,32 +1,31 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Oracle agreement: a kernel's outputs and gradients lie within the error bound of the oracle.
 
-Also the machinery the other properties share to run a kernel safely: `run_kernel` calls it on
-private copies of the inputs, checks what it returned and turns anything wrong (an exception, a
-wrong type, shape or dtype) into a `KernelFailure` that the properties report as a failed result.
+The machinery the properties share to run a kernel safely (`run_kernel`, `KernelFailure`,
+`make_result`, ...) lives in `linattn_properties._support`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
-import numpy as np
 import torch
 
+from linattn_properties._support import (
+    KernelFailure,
+    kernel_recipe,
+    make_result,
+    run_kernel,
+)
 from linattn_verify.compare import Verdict, check_against_oracle
 from linattn_verify.feature_maps import apply_feature_map, feature_map_derivative
 from linattn_verify.kernel import Kernel
 from linattn_verify.oracles.parallel import State, parallel_reference
-from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec, random_cotangents
-from linattn_verify.tolerance import cotangent_loss
 from linattn_verify.verdict import PropertyResult
-
-FinalState = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None
 
 GRADCHECK_EPS = 1e-6
 """Finite-difference step of the gradcheck, in units of each input's scale (see below)."""
@@ -36,198 +35,6 @@ GRADCHECK_MAX_KAPPA = 1e3
 
 Central differences of N/Z err by about (eps κ)^2 relatively, and their roundoff by u κ / eps;
 beyond κ ~ 1e3 the finite differences, not the reference, would decide the outcome."""
-
-
-class KernelFailure(Exception):
-    """A kernel raised, or returned something that breaks the calling convention."""
-
-
-@dataclass(frozen=True)
-class KernelRun:
-    """What one kernel call produced (detached).
-
-    Attributes:
-        o: Output ``[B, T, H, V]``.
-        final_state: `None`, S_T ``[N, H, K, V]``, or ``(S_T, z_T)`` for normalized problems.
-        grads: Gradients by input name (`linattn_verify.tolerance.GRADIENT_NAMES`), or `None`
-            when no backward pass was run.
-    """
-
-    o: torch.Tensor
-    final_state: FinalState
-    grads: dict[str, torch.Tensor | None] | None = None
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """Return every produced tensor under the names of the bounds (``o``, ``dq``, ...)."""
-        named: dict[str, torch.Tensor] = {"o": self.o}
-        if isinstance(self.final_state, tuple):
-            named["final_state"], named["final_key_sum"] = self.final_state
-        elif self.final_state is not None:
-            named["final_state"] = self.final_state
-        for key, grad in (self.grads or {}).items():
-            if grad is not None:
-                named["d" + key] = grad
-        return named
-
-
-def kernel_recipe(kernel: Kernel, dtype: torch.dtype) -> PrecisionRecipe:
-    """Return ``kernel``'s precision recipe for inputs of ``dtype``.
-
-    A ``chunk_size=`` call option (`Kernel.with_options`) overrides the declared recipe's
-    chunk size: the rounding counts of the chunked form depend on the C the kernel runs with.
-    """
-    recipe = kernel.precision_recipe(dtype)
-    chunk_size = kernel.options.get("chunk_size")
-    if isinstance(chunk_size, int) and not isinstance(chunk_size, bool):
-        recipe = replace(recipe, chunk_size=chunk_size)
-    return recipe
-
-
-def with_effective_eps(problem: Problem, recipe: PrecisionRecipe) -> Problem:
-    """Return ``problem`` with eps as the kernel adds it (rounded to the recipe's eps dtype)."""
-    return replace(problem, eps=recipe.effective_eps(problem.eps))
-
-
-def _check_state(problem: Problem, state: Any, what: str) -> FinalState:
-    N, H, K, V = problem.num_sequences, problem.q.shape[2], problem.q.shape[3], problem.v.shape[-1]
-    expected = [("S_T", (N, H, K, V))] + ([("z_T", (N, H, K))] if problem.normalize else [])
-    if state is None:
-        raise KernelFailure(f"{what} returned no final state although output_final_state=True.")
-    parts = list(state) if isinstance(state, tuple | list) else [state]
-    if len(parts) != len(expected):
-        layout = "a pair (S_T, z_T)" if problem.normalize else "one tensor S_T"
-        raise KernelFailure(f"{what} returned final_state={_kind(state)}, expected {layout}.")
-    for (name, shape), part in zip(expected, parts, strict=True):
-        if not isinstance(part, torch.Tensor) or not part.dtype.is_floating_point:
-            raise KernelFailure(f"{what} returned {name}={_kind(part)}, expected a float tensor.")
-        if tuple(part.shape) != shape:
-            raise KernelFailure(
-                f"{what} returned {name} of shape {tuple(part.shape)}, expected {shape}."
-            )
-    return (parts[0], parts[1]) if problem.normalize else parts[0]
-
-
-def _kind(x: Any) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"Tensor{tuple(x.shape)}:{str(x.dtype).replace('torch.', '')}"
-    return type(x).__name__
-
-
-def _detach(state: FinalState) -> FinalState:
-    if isinstance(state, tuple):
-        return (state[0].detach(), state[1].detach())
-    return None if state is None else state.detach()
-
-
-def _same_layout(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Return ``x``'s values with ``like``'s strides and storage offset (differentiably).
-
-    The storage around a strided ``like`` is filled with NaN, so a kernel that reads outside the
-    view reads NaN (as `linattn_verify.strategies` poisons sliced layouts).
-    """
-    if like.is_contiguous() and like.storage_offset() == 0:
-        return x
-    extent = 1 + sum((n - 1) * abs(st) for n, st in zip(like.shape, like.stride(), strict=True))
-    size = like.storage_offset() + (extent if like.numel() else 0)
-    buffer = torch.full((size,), torch.nan, dtype=x.dtype, device=x.device)
-    view = buffer.as_strided(like.shape, like.stride(), like.storage_offset())
-    return view.copy_(x)
-
-
-def run_kernel(
-    kernel: Kernel,
-    problem: Problem,
-    *,
-    cotangents: tuple[torch.Tensor, Any] | None = None,
-) -> KernelRun:
-    """Call ``kernel`` on private copies of ``problem``'s inputs; optionally run backward.
-
-    Args:
-        kernel: The kernel under test.
-        problem: The problem; its tensors are cloned, so a kernel that writes to its inputs
-            cannot change what the oracle sees.
-        cotangents: ``(do, d_final_state)`` to backpropagate through
-            `linattn_verify.tolerance.cotangent_loss`, or `None` for a forward run only.
-            Default: `None`.
-
-    Returns:
-        The `KernelRun`, its tensors detached.
-
-    Raises:
-        KernelFailure: the kernel (forward or backward) raised, or returned a wrong type, shape
-            or dtype; the message says which and what was expected.
-    """
-    what = kernel.name
-    p, leaves = problem.with_grad_leaves()
-    if kernel.implied_decay is not None:
-        # The kernel applies its own fixed decay: g is not one of its inputs.
-        leaves.pop("g", None)
-    if cotangents is None:
-        for leaf in leaves.values():
-            leaf.requires_grad_(False)
-    # Under the Triton interpreter the kernel's arithmetic is numpy's, which warns on overflow,
-    # division by zero and invalid operations (errors under `-W error`); a GPU computes the same
-    # IEEE results silently. The results, inf and NaN included, are judged by the property.
-    quiet = np.errstate(all="ignore")
-    try:
-        with quiet, torch.set_grad_enabled(cotangents is not None):
-            # The kernel sees the memory layout of the problem's own tensors (strided views of
-            # NaN-poisoned buffers included), built differentiably from the leaves.
-            p = replace(
-                p,
-                q=_same_layout(p.q, problem.q),
-                k=_same_layout(p.k, problem.k),
-                v=_same_layout(p.v, problem.v),
-                g=None if p.g is None or problem.g is None else _same_layout(p.g, problem.g),
-            )
-            result = kernel.call(p)
-    except Exception as exc:  # the kernel under test may raise anything
-        raise KernelFailure(f"{what} raised {type(exc).__name__}: {exc}") from None
-    if not isinstance(result, tuple | list) or len(result) != 2:
-        raise KernelFailure(f"{what} returned {_kind(result)}, expected a pair (o, final_state).")
-    o, final = result
-    if not isinstance(o, torch.Tensor) or tuple(o.shape) != tuple(problem.v.shape):
-        raise KernelFailure(
-            f"{what} returned o={_kind(o)}, expected a tensor of shape {tuple(problem.v.shape)}."
-        )
-    if o.dtype != problem.q.dtype:
-        raise KernelFailure(f"{what} returned o of dtype {o.dtype}, expected {problem.q.dtype}.")
-    final = _check_state(problem, final, what) if problem.output_final_state else None
-    grads: dict[str, torch.Tensor | None] | None = None
-    if cotangents is not None:
-        do, d_final = cotangents
-        try:
-            with np.errstate(all="ignore"):
-                loss = cotangent_loss(o, final, do, d_final)
-                values = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-        except Exception as exc:
-            raise KernelFailure(f"{what} backward raised {type(exc).__name__}: {exc}") from None
-        grads = dict(zip(leaves, values, strict=True))
-    return KernelRun(o=o.detach(), final_state=_detach(final), grads=grads)
-
-
-def make_result(
-    prop: str,
-    kernel: str,
-    spec: ProblemSpec,
-    *,
-    ok: bool = True,
-    message: str = "",
-    scores: Mapping[str, float] | None = None,
-    worst_index: tuple[int, ...] | None = None,
-    skipped: str | None = None,
-) -> PropertyResult:
-    """Build a `PropertyResult` whose case is the spec's one-line repro."""
-    return PropertyResult(
-        property=prop,
-        kernel=kernel,
-        case=spec.describe(),
-        ok=ok,
-        message=message,
-        scores=dict(scores or {}),
-        worst_index=worst_index,
-        skipped=skipped,
-    )
 
 
 def _verdict_result(
@@ -277,7 +84,7 @@ def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         return make_result(name, kernel.name, spec, skipped=reason)
     recipe = kernel_recipe(kernel, problem.q.dtype)
     try:
-        run = run_kernel(kernel, problem)
+        run = run_kernel(kernel, problem, caller_judges=True)
     except KernelFailure as exc:
         return make_result(name, kernel.name, spec, ok=False, message=str(exc))
     verdict = check_against_oracle(problem, run.o, run.final_state, recipe=recipe, name=kernel.name)
@@ -315,7 +122,7 @@ def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     if not problem.output_final_state:
         d_final = None
     try:
-        run = run_kernel(kernel, problem, cotangents=(do, d_final))
+        run = run_kernel(kernel, problem, cotangents=(do, d_final), caller_judges=True)
     except KernelFailure as exc:
         return make_result(name, kernel.name, spec, ok=False, message=str(exc))
     verdict = check_against_oracle(
@@ -486,13 +293,7 @@ def float64_path_passes_gradcheck(
 __all__ = [
     "GRADCHECK_EPS",
     "GRADCHECK_MAX_KAPPA",
-    "KernelFailure",
-    "KernelRun",
     "float64_path_passes_gradcheck",
     "gradients_match_oracle",
-    "kernel_recipe",
-    "make_result",
     "outputs_match_oracle",
-    "run_kernel",
-    "with_effective_eps",
 ]

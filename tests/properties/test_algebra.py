@@ -4,53 +4,29 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import given, note, target
 from hypothesis import strategies as st
+from linattn_properties._testing import assert_holds, bug_kernel, example_spec, narrowed
 from linattn_properties.algebra import linear_in_values_and_state, normalized_affine_and_convex
 
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.feature_maps import apply_feature_map
 from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import RECIPES, float32_reference
-from linattn_verify.registry import FULL, registered_kernels
+from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.registry import registered_kernels
 from linattn_verify.strategies import ProblemSpec, kernel_specs
-
-pytestmark = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
 
 KERNELS = list(registered_kernels().values())
 
 SMALL = {"max_seq_len": 20, "max_head_dim": 5}
 
 
-def narrowed(kernel: Kernel, **capabilities: Any) -> Kernel:
-    """The kernel with fewer declared capabilities: only to steer the strategy's draws."""
-    return replace(kernel, capabilities=replace(kernel.capabilities, **capabilities))
-
-
-def base(**changes: Any) -> ProblemSpec:
-    spec = ProblemSpec(
-        B=2,
-        T=17,
-        H=2,
-        K=4,
-        V=3,
-        dtype="float32",
-        feature_map="identity",
-        normalize=False,
-        eps=0.0,
-        scale=None,
-        values="normal",
-        decay="mild",
-        initial_state=True,
-        output_final_state=True,
-        segments=None,
-        seed=5,
-    )
-    return replace(spec, **changes)
+base = partial(example_spec, B=2, T=17, seed=5)
 
 
 NORMALIZED = {"normalize": True, "feature_map": "elu1", "eps": 1e-2, "initial_state": False}
@@ -68,7 +44,6 @@ NASTY_AFFINE = {
 }
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_linear_in_values_and_state(kernel: Kernel, data: st.DataObject) -> None:
     if False not in kernel.capabilities.normalize:
@@ -82,7 +57,6 @@ def test_linear_in_values_and_state(kernel: Kernel, data: st.DataObject) -> None
     result.raise_for_failure()
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_normalized_affine_and_convex(kernel: Kernel, data: st.DataObject) -> None:
     maps = tuple(m for m in kernel.capabilities.feature_maps if m in ("elu1", "relu"))
@@ -97,20 +71,16 @@ def test_normalized_affine_and_convex(kernel: Kernel, data: st.DataObject) -> No
     result.raise_for_failure()
 
 
-@pytest.mark.parametrize("spec", NASTY_LINEAR.values(), ids=NASTY_LINEAR.keys())
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.cases(NASTY_LINEAR)
 def test_linear_in_values_and_state_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
     result = linear_in_values_and_state(spec, kernel)
-    assert result.skipped is None, result.report()
-    result.raise_for_failure()
+    assert_holds(result)
 
 
-@pytest.mark.parametrize("spec", NASTY_AFFINE.values(), ids=NASTY_AFFINE.keys())
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.cases(NASTY_AFFINE)
 def test_normalized_affine_and_convex_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
     result = normalized_affine_and_convex(spec, kernel)
-    assert result.skipped is None, result.report()
-    result.raise_for_failure()
+    assert_holds(result)
 
 
 def test_properties_skip_the_other_normalization() -> None:
@@ -143,18 +113,8 @@ def eps_inside_the_key_sum(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> 
     return (N / Z).to(q.dtype), None
 
 
-def torch_kernel(fn: Any, **capabilities: Any) -> Kernel:
-    return Kernel(
-        name="bug/" + fn.__name__,
-        fn=fn,
-        capabilities=replace(FULL, **capabilities),
-        recipe=RECIPES["recurrent"],
-        form="recurrent",
-    )
-
-
 def test_linear_in_values_and_state_fails_for_a_nonlinear_kernel() -> None:
-    result = linear_in_values_and_state(base(), torch_kernel(squares_a_little))
+    result = linear_in_values_and_state(base(), bug_kernel(squares_a_little))
     assert not result.ok
     assert "is not" in result.message
     assert "within the sum of the bounds" in result.message
@@ -164,14 +124,14 @@ def test_linear_in_values_and_state_fails_for_a_nonlinear_kernel() -> None:
 
 def test_normalized_affine_and_convex_fails_for_misplaced_eps() -> None:
     spec = base(**{**NORMALIZED, "output_final_state": False})
-    kernel = torch_kernel(eps_inside_the_key_sum, final_state=False, initial_state=False)
+    kernel = bug_kernel(eps_inside_the_key_sum, final_state=False, initial_state=False)
     result = normalized_affine_and_convex(spec, kernel)
     assert not result.ok
     assert "is not o(v) +" in result.message, result.message
 
 
 def test_algebra_passes_the_correct_twin() -> None:
-    twin = replace(torch_kernel(REFERENCE), name="twin")
+    twin = replace(bug_kernel(REFERENCE), name="twin")
     assert linear_in_values_and_state(base(), twin).ok
     result = normalized_affine_and_convex(base(**NORMALIZED), twin)
     assert result.ok, result.report()

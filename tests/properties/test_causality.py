@@ -4,22 +4,22 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import given, note, target
 from hypothesis import strategies as st
+from linattn_properties._testing import bug_kernel, example_spec
 from linattn_properties.causality import causal_gradients_exact, causal_outputs_exact
 
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import RECIPES, float32_reference
-from linattn_verify.registry import FULL, registered_kernels
+from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.registry import registered_kernels
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 from linattn_verify.verdict import PropertyResult
-
-pytestmark = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
 
 KERNELS = list(registered_kernels().values())
 
@@ -27,26 +27,9 @@ KERNELS = list(registered_kernels().values())
 SMALL = {"max_seq_len": 20, "max_head_dim": 5}
 
 
-def base(**changes: Any) -> ProblemSpec:
-    spec = ProblemSpec(
-        B=2,
-        T=19,
-        H=2,
-        K=3,
-        V=4,
-        dtype="float32",
-        feature_map="elu1",
-        normalize=True,
-        eps=1e-6,
-        scale=None,
-        values="normal",
-        decay="mild",
-        initial_state=True,
-        output_final_state=True,
-        segments=None,
-        seed=11,
-    )
-    return replace(spec, **changes)
+base = partial(
+    example_spec, B=2, T=19, K=3, V=4, feature_map="elu1", normalize=True, eps=1e-06, seed=11
+)
 
 
 NASTY = {
@@ -63,22 +46,19 @@ def check(result: PropertyResult) -> None:
     result.raise_for_failure()
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_causal_outputs_exact(kernel: Kernel, data: st.DataObject) -> None:
     spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
     check(causal_outputs_exact(spec, kernel))
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_causal_gradients_exact(kernel: Kernel, data: st.DataObject) -> None:
     spec = data.draw(kernel_specs(kernel, max_seq_len=14, max_head_dim=4), label="spec")
     check(causal_gradients_exact(spec, kernel))
 
 
-@pytest.mark.parametrize("spec", NASTY.values(), ids=NASTY.keys())
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.cases(NASTY)
 def test_causality_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
     for prop in (causal_outputs_exact, causal_gradients_exact):
         result = prop(spec, kernel)
@@ -103,18 +83,8 @@ def reads_one_ahead(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
     return REFERENCE(q, k, v + 1e-3 * ahead, g, **kw)
 
 
-def wrong_kernel() -> Kernel:
-    return Kernel(
-        name="bug/reads_one_ahead",
-        fn=reads_one_ahead,
-        capabilities=replace(FULL, varlen=False),
-        recipe=RECIPES["recurrent"],
-        form="recurrent",
-    )
-
-
 def test_causal_outputs_exact_fails_for_a_kernel_reading_ahead() -> None:
-    result = causal_outputs_exact(base(), wrong_kernel())
+    result = causal_outputs_exact(base(), bug_kernel(reads_one_ahead, varlen=False))
     assert not result.ok
     assert "o at positions <= " in result.message
     assert "is not bit-identical after changing the inputs at positions >" in result.message
@@ -126,14 +96,16 @@ def test_causal_outputs_exact_fails_for_a_kernel_reading_ahead() -> None:
 
 
 def test_causal_gradients_exact_fails_for_a_kernel_reading_ahead() -> None:
-    result = causal_gradients_exact(base(), wrong_kernel())
+    result = causal_gradients_exact(base(), bug_kernel(reads_one_ahead, varlen=False))
     assert not result.ok
     assert "dv at positions > t=" in result.message
     assert result.scores["max_abs_future_grad"] > 0
 
 
 def test_causal_properties_pass_the_correct_twin() -> None:
-    twin = replace(wrong_kernel(), name="torch/recurrent-twin", fn=REFERENCE)
+    twin = replace(
+        bug_kernel(reads_one_ahead, varlen=False), name="torch/recurrent-twin", fn=REFERENCE
+    )
     for prop in (causal_outputs_exact, causal_gradients_exact):
         result = prop(base(), twin)
         assert result.ok, result.report()

@@ -4,47 +4,25 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import given, note, target
 from hypothesis import strategies as st
+from linattn_properties._testing import assert_holds, bug_kernel, example_spec
 from linattn_properties.contract import contract_holds, nan_poisoned_allocations
 
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import RECIPES, float32_reference
-from linattn_verify.registry import FULL, registered_kernels
+from linattn_verify.reference_kernels import float32_reference
 from linattn_verify.strategies import ProblemSpec, kernel_specs
-
-pytestmark = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
-
-KERNELS = list(registered_kernels().values())
 
 SMALL = {"max_seq_len": 10, "max_head_dim": 4}
 
 
-def base(**changes: Any) -> ProblemSpec:
-    spec = ProblemSpec(
-        B=2,
-        T=13,
-        H=2,
-        K=3,
-        V=5,
-        dtype="float32",
-        feature_map="identity",
-        normalize=False,
-        eps=0.0,
-        scale=0.3,
-        values="normal",
-        decay="mild",
-        initial_state=True,
-        output_final_state=True,
-        segments=None,
-        seed=3,
-    )
-    return replace(spec, **changes)
+base = partial(example_spec, B=2, T=13, K=3, V=5, scale=0.3, seed=3)
 
 
 NASTY = {
@@ -55,7 +33,6 @@ NASTY = {
 }
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_contract_holds(kernel: Kernel, data: st.DataObject) -> None:
     spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
@@ -65,12 +42,10 @@ def test_contract_holds(kernel: Kernel, data: st.DataObject) -> None:
     result.raise_for_failure()
 
 
-@pytest.mark.parametrize("spec", NASTY.values(), ids=NASTY.keys())
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.cases(NASTY)
 def test_contract_holds_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
     result = contract_holds(spec, kernel)
-    assert result.skipped is None, result.report()
-    result.raise_for_failure()
+    assert_holds(result)
 
 
 def test_nan_poisoning_patches_and_restores_torch_empty() -> None:
@@ -125,16 +100,6 @@ def nondeterministic(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
     return o + _calls[0] * 1e-3, final
 
 
-def torch_kernel(fn: Any, **capabilities: Any) -> Kernel:
-    return Kernel(
-        name="bug/" + fn.__name__,
-        fn=fn,
-        capabilities=replace(FULL, **capabilities),
-        recipe=RECIPES["recurrent"],
-        form="recurrent",
-    )
-
-
 @pytest.mark.parametrize(
     ("fn", "expected"),
     [
@@ -147,7 +112,7 @@ def torch_kernel(fn: Any, **capabilities: Any) -> Kernel:
     ids=lambda x: getattr(x, "__name__", ""),
 )
 def test_contract_holds_fails_for_contract_breakers(fn: Any, expected: str) -> None:
-    result = contract_holds(base(), torch_kernel(fn))
+    result = contract_holds(base(), bug_kernel(fn))
     assert not result.ok
     assert expected in result.message, result.message
     with pytest.raises(PropertyViolation, match="contract_holds FAILED"):
@@ -157,12 +122,12 @@ def test_contract_holds_fails_for_contract_breakers(fn: Any, expected: str) -> N
 def test_nondeterminism_is_judged_by_bounds_when_declared() -> None:
     # Declared nondeterministic: a 1e-3 shift is far beyond the fp32 bounds, so it still fails,
     # now against the sum of the two runs' bounds rather than bitwise.
-    result = contract_holds(base(), torch_kernel(nondeterministic, deterministic=False))
+    result = contract_holds(base(), bug_kernel(nondeterministic, deterministic=False))
     assert not result.ok
     assert "sum of 2 bounds" in result.message
 
 
 def test_contract_holds_passes_the_correct_twin() -> None:
-    result = contract_holds(base(), replace(torch_kernel(REFERENCE), name="torch/twin"))
+    result = contract_holds(base(), replace(bug_kernel(REFERENCE), name="torch/twin"))
     assert result.ok, result.report()
     assert result.scores["bit_identical"] == 1.0

@@ -4,21 +4,21 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import given, note, target
 from hypothesis import strategies as st
+from linattn_properties._testing import assert_holds, bug_kernel, example_spec, narrowed
 from linattn_properties.denominators import denominator_stable
 
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import RECIPES, float32_reference
-from linattn_verify.registry import FULL, registered_kernels
+from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.registry import registered_kernels
 from linattn_verify.strategies import ProblemSpec, kernel_specs
-
-pytestmark = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
 
 KERNELS = list(registered_kernels().values())
 
@@ -26,31 +26,17 @@ SMALL = {"max_seq_len": 20, "max_head_dim": 5}
 STRESS = ("underflowing_features", "tiny", "zero_rows", "large", "normal")
 
 
-def narrowed(kernel: Kernel, **capabilities: Any) -> Kernel:
-    """The kernel with fewer declared capabilities: only to steer the strategy's draws."""
-    return replace(kernel, capabilities=replace(kernel.capabilities, **capabilities))
-
-
-def base(**changes: Any) -> ProblemSpec:
-    spec = ProblemSpec(
-        B=1,
-        T=18,
-        H=2,
-        K=4,
-        V=3,
-        dtype="float32",
-        feature_map="elu1",
-        normalize=True,
-        eps=0.0,
-        scale=None,
-        values="underflowing_features",
-        decay="none",
-        initial_state=False,
-        output_final_state=False,
-        segments=None,
-        seed=9,
-    )
-    return replace(spec, **changes)
+base = partial(
+    example_spec,
+    T=18,
+    feature_map="elu1",
+    normalize=True,
+    values="underflowing_features",
+    decay="none",
+    initial_state=False,
+    output_final_state=False,
+    seed=9,
+)
 
 
 NASTY = {
@@ -66,7 +52,6 @@ NASTY = {
 }
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_denominator_stable(kernel: Kernel, data: st.DataObject) -> None:
     if True not in kernel.capabilities.normalize:
@@ -83,12 +68,10 @@ def test_denominator_stable(kernel: Kernel, data: st.DataObject) -> None:
     result.raise_for_failure()
 
 
-@pytest.mark.parametrize("spec", NASTY.values(), ids=NASTY.keys())
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.cases(NASTY)
 def test_denominator_stable_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
     result = denominator_stable(spec, kernel)
-    assert result.skipped is None, result.report()
-    result.raise_for_failure()
+    assert_holds(result)
 
 
 def test_scores_report_zero_rows_and_unverifiable_rows() -> None:
@@ -126,16 +109,6 @@ def eps_squared(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
     return torch.where(den == 0, 0.0, N / den).to(q.dtype), None
 
 
-def torch_kernel(fn: Any) -> Kernel:
-    return Kernel(
-        name="bug/" + fn.__name__,
-        fn=fn,
-        capabilities=replace(FULL, initial_state=False, final_state=False),
-        recipe=RECIPES["recurrent"],
-        form="recurrent",
-    )
-
-
 @pytest.mark.parametrize(
     ("fn", "spec", "expected"),
     [
@@ -148,7 +121,7 @@ def torch_kernel(fn: Any) -> Kernel:
 def test_denominator_stable_fails_for_wrong_denominators(
     fn: Any, spec: ProblemSpec, expected: str
 ) -> None:
-    result = denominator_stable(spec, torch_kernel(fn))
+    result = denominator_stable(spec, bug_kernel(fn, initial_state=False, final_state=False))
     assert not result.ok
     assert expected in result.message, result.message
     with pytest.raises(PropertyViolation, match="denominator_stable FAILED"):
@@ -156,7 +129,7 @@ def test_denominator_stable_fails_for_wrong_denominators(
 
 
 def test_denominator_stable_passes_the_correct_twin() -> None:
-    twin = replace(torch_kernel(REFERENCE), name="twin")
+    twin = replace(bug_kernel(REFERENCE, initial_state=False, final_state=False), name="twin")
     for spec in NASTY.values():
         if not spec.initial_state:
             assert denominator_stable(spec, twin).ok

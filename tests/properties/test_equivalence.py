@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import event, given, note, target
 from hypothesis import strategies as st
+from linattn_properties._testing import RARE_CASES, bug_kernel, example_spec
 from linattn_properties.equivalence import (
     Side,
     chunk_size_invariant,
@@ -23,13 +24,11 @@ from linattn_properties.equivalence import (
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.kernel import Kernel
 from linattn_verify.oracles.chunk import chunk_reference
-from linattn_verify.reference_kernels import RECIPES, float32_reference
-from linattn_verify.registry import FULL, registered_kernels
+from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.registry import registered_kernels
 from linattn_verify.semantics import validate_problem
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 from linattn_verify.verdict import PropertyResult
-
-pytestmark = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
 
 REGISTERED = registered_kernels()
 KERNELS = list(REGISTERED.values())
@@ -40,38 +39,7 @@ TORCH_FORMS = [REGISTERED[f"torch/{form}"] for form in ("parallel", "chunk", "re
 SMALL: dict[str, Any] = {"max_seq_len": 24, "max_head_dim": 6}
 
 
-def base(**changes: Any) -> ProblemSpec:
-    spec = ProblemSpec(
-        B=1,
-        T=21,
-        H=2,
-        K=4,
-        V=3,
-        dtype="float32",
-        feature_map="identity",
-        normalize=False,
-        eps=0.0,
-        scale=None,
-        values="normal",
-        decay="mild",
-        initial_state=True,
-        output_final_state=True,
-        segments=None,
-        seed=7,
-    )
-    return replace(spec, **changes)
-
-
-# The cases random search reaches rarely (BUG_CLASSES.md).
-NASTY = {
-    # Every step <= -5.6, so |G| > 88 inside any 16-token chunk: exp(G_i)/exp(G_j) overflows.
-    "overflowing-decay": base(T=37, decay="overflowing", normalize=True, feature_map="elu1"),
-    "T=1": base(B=2, T=1, normalize=True, feature_map="elu1", eps=1e-6),
-    "varlen-empty-segments": base(T=19, segments=(0, 6, 0, 1, 12), decay="steep"),
-    "elu1-underflow-eps0": base(
-        T=20, feature_map="elu1", values="underflowing_features", normalize=True, eps=0.0
-    ),
-}
+base = example_spec
 
 
 def check(result: PropertyResult) -> None:
@@ -96,7 +64,6 @@ def test_chunk_size_invariant(data: st.DataObject) -> None:
     check(chunk_size_invariant(spec, kernel))
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_state_split_composes(kernel: Kernel, data: st.DataObject) -> None:
     spec = data.draw(kernel_specs(kernel, min_seq_len=2, **SMALL), label="spec")
@@ -106,14 +73,13 @@ def test_state_split_composes(kernel: Kernel, data: st.DataObject) -> None:
     check(state_split_composes(spec, kernel))
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_varlen_matches_separate_runs(kernel: Kernel, data: st.DataObject) -> None:
     spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
     check(varlen_matches_separate_runs(spec, kernel))
 
 
-@pytest.mark.parametrize("spec", NASTY.values(), ids=NASTY.keys())
+@pytest.mark.cases(RARE_CASES)
 @pytest.mark.parametrize("kernels", [TRITON_FORMS, TORCH_FORMS], ids=["triton", "torch"])
 def test_equivalences_on_nasty_cases(kernels: list[Kernel], spec: ProblemSpec) -> None:
     # @example cannot be combined with st.data(), so the nasty cases run here explicitly.
@@ -137,16 +103,6 @@ def test_state_split_at_every_position_of_a_chunk_boundary() -> None:
 # Meta tests: deliberately wrong kernels must fail, with a message that says where.
 
 REFERENCE = float32_reference("recurrent")
-
-
-def torch_kernel(name: str, fn: Callable[..., Any], **capabilities: Any) -> Kernel:
-    return Kernel(
-        name=name,
-        fn=fn,
-        capabilities=replace(FULL, **capabilities),
-        recipe=RECIPES["recurrent"],
-        form="recurrent",
-    )
 
 
 def drops_initial_state(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
@@ -189,7 +145,7 @@ def skips_last_partial_chunk(
 
 
 def test_forms_agree_fails_when_one_kernel_drops_the_initial_state() -> None:
-    kernels = [*TORCH_FORMS[:2], torch_kernel("bug/drops_initial_state", drops_initial_state)]
+    kernels = [*TORCH_FORMS[:2], bug_kernel(drops_initial_state, name="bug/drops_initial_state")]
     result = forms_agree(base(), kernels)
     assert not result.ok
     assert "and bug/drops_initial_state disagree on o!" in result.message, result.message
@@ -207,9 +163,9 @@ def test_forms_agree_passes_for_correct_kernels_and_rejects_a_single_one() -> No
 
 
 def test_chunk_size_invariant_fails_when_the_last_partial_chunk_is_skipped() -> None:
-    kernel = torch_kernel(
-        "bug/skips_last_partial_chunk",
+    kernel = bug_kernel(
         skips_last_partial_chunk,
+        name="bug/skips_last_partial_chunk",
         chunk_sizes=(8, 16),
         final_state=False,
         backward=False,
@@ -239,7 +195,7 @@ def test_state_split_composes_fails_when_the_state_is_not_resumed(
 ) -> None:
     # No initial state in the case: only the second half of the split starts from a state.
     spec = base(initial_state=False, normalize=normalize, feature_map="elu1")
-    result = state_split_composes(spec, torch_kernel("bug/" + fn.__name__, fn), split=9)
+    result = state_split_composes(spec, bug_kernel(fn), split=9)
     assert not result.ok
     assert "split at s=9" in result.message
     assert "o[9:] is not close to the float64 oracle" in result.message, result.message
@@ -252,7 +208,7 @@ def test_state_split_composes_skips_what_it_cannot_split() -> None:
     kernel = TORCH_FORMS[0]
     assert state_split_composes(base(T=1), kernel).skipped == "T < 2: nothing to split"
     assert state_split_composes(base(segments=(10, 11)), kernel).skipped is not None
-    no_state = torch_kernel("no-state", REFERENCE, initial_state=False)
+    no_state = bug_kernel(REFERENCE, name="no-state", initial_state=False)
     assert state_split_composes(base(initial_state=False), no_state).skipped is not None
     with pytest.raises(InvalidArgument, match="split must be in"):
         state_split_composes(base(), kernel, split=21)
@@ -266,7 +222,7 @@ def test_state_split_composes_skips_what_it_cannot_split() -> None:
 def test_varlen_matches_separate_runs_fails_when_state_crosses_boundaries(
     spec: ProblemSpec,
 ) -> None:
-    result = varlen_matches_separate_runs(spec, torch_kernel("bug/ignores", ignores_cu_seqlens))
+    result = varlen_matches_separate_runs(spec, bug_kernel(ignores_cu_seqlens, name="bug/ignores"))
     assert not result.ok
     assert "bug/ignores packed and separate runs disagree on" in result.message, result.message
 
@@ -275,7 +231,7 @@ def test_varlen_matches_separate_runs_packs_dense_cases_and_skips_without_varlen
     result = varlen_matches_separate_runs(base(B=1), TORCH_FORMS[0])
     assert result.ok, result.report()
     assert result.skipped is None
-    no_varlen = torch_kernel("no-varlen", REFERENCE, varlen=False)
+    no_varlen = bug_kernel(REFERENCE, name="no-varlen", varlen=False)
     assert varlen_matches_separate_runs(base(segments=(10, 11)), no_varlen).skipped is not None
 
 

@@ -3,49 +3,37 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import given, note, target
 from hypothesis import strategies as st
+from linattn_properties._testing import assert_holds, example_spec
 from linattn_properties.exactness import dyadic_inputs_exact, precision_bits
 
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Capabilities, Kernel
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.reference_kernels import RECIPES, float32_reference
-from linattn_verify.registry import FULL, registered_kernels
+from linattn_verify.registry import FULL
 from linattn_verify.strategies import ProblemSpec, kernel_specs
-
-pytestmark = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
-
-KERNELS = list(registered_kernels().values())
 
 SMALL = {"max_seq_len": 24, "max_head_dim": 8}
 
 
-def base(**changes: Any) -> ProblemSpec:
-    spec = ProblemSpec(
-        B=2,
-        T=20,
-        H=2,
-        K=8,
-        V=4,
-        dtype="float32",
-        feature_map="identity",
-        normalize=False,
-        eps=0.0,
-        scale=None,
-        values="normal",
-        decay="none",
-        initial_state=False,
-        output_final_state=False,
-        segments=None,
-        seed=2,
-    )
-    return replace(spec, **changes)
+base = partial(
+    example_spec,
+    B=2,
+    T=20,
+    K=8,
+    V=4,
+    decay="none",
+    initial_state=False,
+    output_final_state=False,
+    seed=2,
+)
 
 
 NASTY = {
@@ -57,7 +45,6 @@ NASTY = {
 }
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_dyadic_inputs_exact(kernel: Kernel, data: st.DataObject) -> None:
     spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
@@ -68,12 +55,10 @@ def test_dyadic_inputs_exact(kernel: Kernel, data: st.DataObject) -> None:
     result.raise_for_failure()
 
 
-@pytest.mark.parametrize("spec", NASTY.values(), ids=NASTY.keys())
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.cases(NASTY)
 def test_dyadic_inputs_exact_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
     result = dyadic_inputs_exact(spec, kernel)
-    assert result.skipped is None, result.report()
-    result.raise_for_failure()
+    assert_holds(result)
 
 
 def test_precision_bits_follow_the_recipe() -> None:

@@ -4,47 +4,37 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import given, note, target
 from hypothesis import strategies as st
+from linattn_properties._testing import assert_holds, bug_kernel, example_spec
 from linattn_properties.invariance import batch_and_head_equivariant, reindex
 
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import RECIPES, float32_reference
-from linattn_verify.registry import FULL, registered_kernels
+from linattn_verify.reference_kernels import float32_reference
 from linattn_verify.strategies import ProblemSpec, kernel_specs
-
-pytestmark = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
-
-KERNELS = list(registered_kernels().values())
 
 SMALL = {"max_seq_len": 8, "max_head_dim": 3}
 
 
-def base(**changes: Any) -> ProblemSpec:
-    spec = ProblemSpec(
-        B=2,
-        T=11,
-        H=3,
-        K=3,
-        V=2,
-        dtype="float32",
-        feature_map="elu1",
-        normalize=True,
-        eps=1e-6,
-        scale=None,
-        values="normal",
-        decay="steep",
-        initial_state=True,
-        output_final_state=True,
-        segments=None,
-        seed=21,
-    )
-    return replace(spec, **changes)
+base = partial(
+    example_spec,
+    B=2,
+    T=11,
+    H=3,
+    K=3,
+    V=2,
+    feature_map="elu1",
+    normalize=True,
+    eps=1e-06,
+    decay="steep",
+    seed=21,
+)
 
 
 NASTY = {
@@ -53,7 +43,6 @@ NASTY = {
 }
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_batch_and_head_equivariant(kernel: Kernel, data: st.DataObject) -> None:
     spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
@@ -63,12 +52,10 @@ def test_batch_and_head_equivariant(kernel: Kernel, data: st.DataObject) -> None
     result.raise_for_failure()
 
 
-@pytest.mark.parametrize("spec", NASTY.values(), ids=NASTY.keys())
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.cases(NASTY)
 def test_batch_and_head_equivariant_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
     result = batch_and_head_equivariant(spec, kernel)
-    assert result.skipped is None, result.report()
-    result.raise_for_failure()
+    assert_holds(result)
 
 
 def test_reindex_packs_the_chosen_sequences_in_order() -> None:
@@ -99,21 +86,11 @@ def mixes_batch(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
     return o + 0.01 * o[:1], final
 
 
-def torch_kernel(fn: Any) -> Kernel:
-    return Kernel(
-        name="bug/" + fn.__name__,
-        fn=fn,
-        capabilities=FULL,
-        recipe=RECIPES["recurrent"],
-        form="recurrent",
-    )
-
-
 @pytest.mark.parametrize(
     ("fn", "expected"), [(mixes_heads, "head"), (mixes_batch, "sequence")], ids=["heads", "batch"]
 )
 def test_batch_and_head_equivariant_fails_for_mixing_kernels(fn: Any, expected: str) -> None:
-    result = batch_and_head_equivariant(base(), torch_kernel(fn))
+    result = batch_and_head_equivariant(base(), bug_kernel(fn))
     assert not result.ok
     assert f"with {expected}" in result.message, result.message
     assert "differs from the reordered original run beyond the sum of both runs' bounds" in (
@@ -125,6 +102,6 @@ def test_batch_and_head_equivariant_fails_for_mixing_kernels(fn: Any, expected: 
 
 
 def test_batch_and_head_equivariant_passes_the_correct_twin() -> None:
-    result = batch_and_head_equivariant(base(), replace(torch_kernel(REFERENCE), name="twin"))
+    result = batch_and_head_equivariant(base(), replace(bug_kernel(REFERENCE), name="twin"))
     assert result.ok, result.report()
     assert result.skipped is None

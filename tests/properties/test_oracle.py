@@ -15,6 +15,7 @@ import pytest
 import torch
 from hypothesis import event, given, note, target
 from hypothesis import strategies as st
+from linattn_properties._testing import RARE_CASES, bug_kernel, example_spec
 from linattn_properties.oracle import (
     float64_path_passes_gradcheck,
     gradients_match_oracle,
@@ -24,54 +25,16 @@ from linattn_properties.oracle import (
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
 from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.reference_kernels import RECIPES, float32_reference
-from linattn_verify.registry import FULL, registered_kernels
+from linattn_verify.reference_kernels import float32_reference
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec, kernel_specs, problem_specs
 from linattn_verify.verdict import PropertyResult
-
-pytestmark = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
-
-KERNELS = list(registered_kernels().values())
 
 # Small enough for the Triton interpreter: every example costs ~0.1-1 s per kernel call.
 SMALL: dict[str, Any] = {"max_seq_len": 24, "max_head_dim": 6}
 
 
-def base(**changes: Any) -> ProblemSpec:
-    spec = ProblemSpec(
-        B=1,
-        T=21,
-        H=2,
-        K=4,
-        V=3,
-        dtype="float32",
-        feature_map="identity",
-        normalize=False,
-        eps=0.0,
-        scale=None,
-        values="normal",
-        decay="mild",
-        initial_state=True,
-        output_final_state=True,
-        segments=None,
-        seed=7,
-    )
-    return replace(spec, **changes)
-
-
-# The cases random search reaches rarely (BUG_CLASSES.md), run on every kernel.
-NASTY = {
-    # Every step <= -5.6, so |G| > 88 inside any 16-token chunk: exp(G_i)/exp(G_j) overflows.
-    "overflowing-decay": base(T=37, decay="overflowing", normalize=True, feature_map="elu1"),
-    "T=1": base(B=2, T=1, normalize=True, feature_map="elu1", eps=1e-6),
-    "varlen-empty-segments": base(T=19, segments=(0, 6, 0, 1, 12), decay="steep"),
-    # φ = exp(q) with q ~ -100 underflows in fp32; with eps = 0 the kernel's Z is 0 or
-    # subnormal while the exact Z is positive.
-    "elu1-underflow-eps0": base(
-        T=20, feature_map="elu1", values="underflowing_features", normalize=True, eps=0.0
-    ),
-}
+base = example_spec
 
 
 def check(result: PropertyResult) -> None:
@@ -83,22 +46,19 @@ def check(result: PropertyResult) -> None:
     result.raise_for_failure()
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_outputs_match_oracle(kernel: Kernel, data: st.DataObject) -> None:
     spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
     check(outputs_match_oracle(spec, kernel))
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 @given(data=st.data())
 def test_gradients_match_oracle(kernel: Kernel, data: st.DataObject) -> None:
     spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
     check(gradients_match_oracle(spec, kernel))
 
 
-@pytest.mark.parametrize("spec", NASTY.values(), ids=NASTY.keys())
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+@pytest.mark.cases(RARE_CASES)
 def test_outputs_and_gradients_match_oracle_on_nasty_cases(
     kernel: Kernel, spec: ProblemSpec
 ) -> None:
@@ -114,7 +74,7 @@ def test_float64_path_passes_gradcheck(spec: ProblemSpec) -> None:
     check(float64_path_passes_gradcheck(spec))
 
 
-@pytest.mark.parametrize("spec", NASTY.values(), ids=NASTY.keys())
+@pytest.mark.cases(RARE_CASES)
 def test_float64_path_passes_gradcheck_on_nasty_cases(spec: ProblemSpec) -> None:
     float64_path_passes_gradcheck(spec).raise_for_failure()
 
@@ -122,16 +82,6 @@ def test_float64_path_passes_gradcheck_on_nasty_cases(spec: ProblemSpec) -> None
 # Meta tests: deliberately wrong kernels must fail, with a message that says where.
 
 REFERENCE = float32_reference("recurrent")
-
-
-def torch_kernel(name: str, fn: Callable[..., Any], **capabilities: Any) -> Kernel:
-    return Kernel(
-        name=name,
-        fn=fn,
-        capabilities=replace(FULL, **capabilities),
-        recipe=RECIPES["recurrent"],
-        form="recurrent",
-    )
 
 
 def drops_initial_state(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
@@ -179,7 +129,10 @@ def returns_no_state(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
     ("fn", "expected"),
     [
         (drops_initial_state, "o is not close to the float64 oracle"),
-        (returns_float64, "dtype torch.float64, expected torch.float32"),
+        (
+            returns_float64,
+            "returned o of dtype torch.float64, expected the input dtype torch.float32",
+        ),
         (returns_nan_row, "Finite/non-finite mismatches: 1"),
         (raises, "raised RuntimeError: launch failed"),
         (returns_no_state, "returned no final state although output_final_state=True"),
@@ -189,7 +142,7 @@ def returns_no_state(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
 def test_outputs_match_oracle_fails_for_wrong_kernels(
     fn: Callable[..., Any], expected: str
 ) -> None:
-    result = outputs_match_oracle(base(), torch_kernel("bug/" + fn.__name__, fn))
+    result = outputs_match_oracle(base(), bug_kernel(fn))
     assert not result.ok
     assert result.skipped is None
     assert expected in result.message, result.message
@@ -198,7 +151,7 @@ def test_outputs_match_oracle_fails_for_wrong_kernels(
 
 
 def test_outputs_match_oracle_passes_and_scores_the_correct_reference() -> None:
-    result = outputs_match_oracle(base(), torch_kernel("torch/ok", REFERENCE))
+    result = outputs_match_oracle(base(), bug_kernel(REFERENCE, name="torch/ok"))
     assert result.ok, result.report()
     assert set(result.scores) == {
         "o.max_r",
@@ -210,7 +163,7 @@ def test_outputs_match_oracle_passes_and_scores_the_correct_reference() -> None:
 
 
 def test_outputs_match_oracle_skips_unsupported_cases() -> None:
-    kernel = torch_kernel("torch/no-decay", REFERENCE, decay=False)
+    kernel = bug_kernel(REFERENCE, name="torch/no-decay", decay=False)
     result = outputs_match_oracle(base(decay="mild"), kernel)
     assert result.ok
     assert result.skipped is not None
@@ -218,7 +171,7 @@ def test_outputs_match_oracle_skips_unsupported_cases() -> None:
 
 
 def test_gradients_match_oracle_fails_for_a_wrong_backward() -> None:
-    result = gradients_match_oracle(base(), torch_kernel("bug/wrong_dv", wrong_dv))
+    result = gradients_match_oracle(base(), bug_kernel(wrong_dv, name="bug/wrong_dv"))
     assert not result.ok
     assert "dv is not close to the float64 oracle" in result.message, result.message
     # The forward is right, so only the gradient of v is blamed.
@@ -231,13 +184,13 @@ def test_gradients_match_oracle_fails_for_a_kernel_without_autograd() -> None:
         o, final = REFERENCE(q, k, v, g, **kw)
         return o.detach(), final.detach()
 
-    result = gradients_match_oracle(base(), torch_kernel("bug/detached", detached))
+    result = gradients_match_oracle(base(), bug_kernel(detached, name="bug/detached"))
     assert not result.ok
     assert "backward raised RuntimeError" in result.message
 
 
 def test_gradients_match_oracle_skips_forward_only_kernels() -> None:
-    result = gradients_match_oracle(base(), torch_kernel("fwd", REFERENCE, backward=False))
+    result = gradients_match_oracle(base(), bug_kernel(REFERENCE, name="fwd", backward=False))
     assert result.ok
     assert result.skipped is not None
 
