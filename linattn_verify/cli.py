@@ -350,6 +350,7 @@ def _list() -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from linattn_verify._runner import environment
+    from linattn_verify.registry import get_kernel
 
     args.out.mkdir(parents=True, exist_ok=True)
     lines_path = args.out / "results.jsonl"
@@ -363,24 +364,32 @@ def _run(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
     for form in args.forms:
         for dtype in args.dtypes:
-            _run_group(form, dtype, args, records, lines_path)
+            _run_group(get_kernel(f"triton/{form}"), dtype, args, records, lines_path)
     summary = _summarize(records, env, args)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(_table(summary))
     failed = [r for r in records if not r["ok"]]
     for r in failed:
-        print(f"\nFAILED triton/{r['form']}: {r.get('error') or r.get('report')}")
+        print(f"\nFAILED {r['kernel']}: {r.get('error') or r.get('report')}")
     return EXIT_FAILED if failed else EXIT_OK
 
 
 def _run_group(
-    form: str, dtype: str, args: argparse.Namespace, records: list[dict[str, Any]], lines_path: Path
+    kernel: Any,
+    dtype: str,
+    args: argparse.Namespace,
+    records: list[dict[str, Any]],
+    lines_path: Path,
 ) -> None:
-    """Verify ``triton/<form>`` on ``args.examples`` drawn cases of one dtype."""
+    """Verify ``kernel`` on ``args.examples`` drawn cases of one dtype."""
+    from dataclasses import replace
+
     from hypothesis import Phase, given, seed, settings
 
     from linattn_verify._runner import verify_case
-    from linattn_verify.strategies import problem_specs
+    from linattn_verify.strategies import kernel_specs
+
+    one_dtype = replace(kernel, capabilities=replace(kernel.capabilities, dtypes=(dtype,)))
 
     @seed(args.seed)
     @settings(
@@ -389,14 +398,14 @@ def _run_group(
         deadline=None,
         phases=[Phase.explicit, Phase.generate],
     )
-    @given(spec=problem_specs(max_seq_len=args.max_seq_len, dtypes=(dtype,)))
+    @given(spec=kernel_specs(one_dtype, max_seq_len=args.max_seq_len))
     def one(spec: Any) -> None:
         started = time.perf_counter()
         try:
-            record = verify_case(form, spec, backward=not args.no_backward)
-        except Exception as exc:  # the kernel crashed: a failed case, not a harness crash
+            record = verify_case(kernel, spec, backward=not args.no_backward)
+        except Exception as exc:  # a harness error on this case: report it, keep going
             record = {
-                "form": form,
+                "kernel": kernel.name,
                 "dtype": dtype,
                 "spec": repr(spec),
                 "ok": False,
@@ -408,7 +417,7 @@ def _run_group(
             f.write(json.dumps(record) + "\n")
         status = "ok  " if record["ok"] else "FAIL"
         print(
-            f"  {status} triton/{form:9s} {dtype:8s} worst r={record.get('worst_r', 0.0):.3g} "
+            f"  {status} {kernel.name:16s} {dtype:8s} worst r={record.get('worst_r', 0.0):.3g} "
             f"({record['seconds']:.1f}s) {record.get('case', record['spec'])}",
             flush=True,
         )
@@ -423,7 +432,7 @@ def _summarize(
 
     groups: dict[str, dict[str, Any]] = {}
     for r in records:
-        key = f"{r['form']}/{r.get('dtype', '?')}"
+        key = f"{r['kernel']}/{r.get('dtype', '?')}"
         g = groups.setdefault(
             key, {"cases": 0, "passed": 0, "worst_r": 0.0, "worst_tensor": "", "rho": []}
         )
@@ -460,7 +469,7 @@ def _table(summary: dict[str, Any]) -> str:
     ]
     for key, g in summary["groups"].items():
         rows.append(
-            f"{'triton/' + key:26s} {g['cases']:5d} {g['passed']:6d} {g['worst_r']:8.3g} "
+            f"{key:26s} {g['cases']:5d} {g['passed']:6d} {g['worst_r']:8.3g} "
             f"{g['max_rho']:9.3g} {g['median_rho']:8.3g}  {g['worst_tensor']}"
         )
     rows.append(f"{summary['passed']} passed, {summary['cases'] - summary['passed']} failed")

@@ -1,0 +1,49 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""`linattn-verify run` and `list`: the main job writes its records and summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from linattn_verify.cli import EXIT_OK, EXIT_USAGE, main
+
+
+def test_run_writes_records_and_summary(tmp_path: Path) -> None:
+    code = main(
+        [
+            "run",
+            "--forms",
+            "chunk,recurrent",
+            "--dtypes",
+            "float32",
+            "--examples",
+            "2",
+            "--max-seq-len",
+            "12",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == EXIT_OK
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert {r["kernel"] for r in records} == {"triton/chunk", "triton/recurrent"}
+    assert all(r["ok"] and r["tensors"]["o"]["max_r"] <= 2 for r in records)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["cases"] == len(records)
+    assert summary["passed"] == len(records)
+
+
+def test_run_rejects_unknown_form() -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--forms", "quadratic"])
+    assert info.value.code == EXIT_USAGE
+
+
+def test_list_names_every_builtin_kernel(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == EXIT_OK
+    out = capsys.readouterr().out
+    for name in ("triton/parallel", "triton/chunk", "triton/recurrent", "torch/chunk"):
+        assert f"{name}:" in out
