@@ -41,7 +41,8 @@ RECIPES: dict[str, PrecisionRecipe] = {
 """The precision recipe of each float32 reference form."""
 
 
-def _evaluate(form: Form, problem: Problem) -> tuple[torch.Tensor, Any]:
+def evaluate_form(form: Form, problem: Problem) -> tuple[torch.Tensor, Any]:
+    """Evaluate ``problem`` in ``form`` by the reference code, in the problem's dtype."""
     if form == "parallel":
         return parallel_reference(problem)
     if form == "chunk":
@@ -49,8 +50,15 @@ def _evaluate(form: Form, problem: Problem) -> tuple[torch.Tensor, Any]:
     return recurrent_reference(problem)
 
 
-def float32_reference(form: Form) -> Callable[..., tuple[torch.Tensor, Any]]:
-    """Return the float32 torch kernel of ``form`` in the calling convention (configurable)."""
+def convention_kernel(
+    impl: Callable[[Problem], tuple[torch.Tensor, Any]], *, contiguous: bool = True
+) -> Callable[..., tuple[torch.Tensor, Any]]:
+    """Wrap ``impl(problem)`` in the calling convention, with the configurable keywords.
+
+    With ``contiguous`` the inputs are made contiguous first, as most kernels do (FLA's
+    ``input_guard``): torch's reductions would otherwise follow the input strides and round
+    differently per layout, and the contract asks for bit-identical results whatever the strides.
+    """
 
     def kernel(
         q: torch.Tensor,
@@ -66,10 +74,9 @@ def float32_reference(form: Form) -> Callable[..., tuple[torch.Tensor, Any]]:
         output_final_state: bool = False,
         cu_seqlens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
-        # Like most kernels (FLA's input_guard), work on contiguous copies: torch's reductions
-        # would otherwise follow the input strides and round differently per layout.
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        g = None if g is None else g.contiguous()
+        if contiguous:
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+            g = None if g is None else g.contiguous()
         problem = validate_problem(
             q,
             k,
@@ -83,12 +90,28 @@ def float32_reference(form: Form) -> Callable[..., tuple[torch.Tensor, Any]]:
             output_final_state=output_final_state,
             cu_seqlens=cu_seqlens,
         )
-        o, state = _evaluate(form, problem.to(torch.float32))
-        return o.to(q.dtype), state
+        return impl(problem)
 
-    kernel.__name__ = f"float32_{form}_reference"
+    kernel.__name__ = getattr(impl, "__name__", "kernel")
     kernel.__qualname__ = kernel.__name__
     return kernel
 
 
-__all__ = ["RECIPES", "REFERENCE_CHUNK_SIZE", "float32_reference"]
+def float32_reference(form: Form) -> Callable[..., tuple[torch.Tensor, Any]]:
+    """Return the float32 torch kernel of ``form`` in the calling convention (configurable)."""
+
+    def impl(problem: Problem) -> tuple[torch.Tensor, Any]:
+        o, state = evaluate_form(form, problem.to(torch.float32))
+        return o.to(problem.q.dtype), state
+
+    impl.__name__ = f"float32_{form}_reference"
+    return convention_kernel(impl)
+
+
+__all__ = [
+    "RECIPES",
+    "REFERENCE_CHUNK_SIZE",
+    "convention_kernel",
+    "evaluate_form",
+    "float32_reference",
+]

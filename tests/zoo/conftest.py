@@ -30,67 +30,19 @@ from linattn_verify.oracles.chunk import chunk_reference
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.oracles.recurrent import recurrent_reference
 from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.reference_kernels import RECIPES, REFERENCE_CHUNK_SIZE
+from linattn_verify.reference_kernels import (
+    RECIPES,
+    REFERENCE_CHUNK_SIZE,
+    convention_kernel,
+    evaluate_form,
+)
 from linattn_verify.registry import FULL
-from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.semantics import Problem
 
 F32 = torch.float32
 C = REFERENCE_CHUNK_SIZE
 State = Any
 Impl = Callable[[Problem], tuple[torch.Tensor, State]]
-
-
-def convention(impl: Impl, *, contiguous: bool = True) -> Callable[..., tuple[torch.Tensor, State]]:
-    """Wrap ``impl(problem)`` in the calling convention (configurable keywords included).
-
-    With ``contiguous`` the inputs are made contiguous first, as fla's ``input_guard`` does:
-    torch picks reduction orders by stride, and the contract asks for bit-identical results
-    whatever the input strides.
-    """
-
-    @functools.wraps(impl)
-    def fn(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        g: torch.Tensor | None = None,
-        *,
-        scale: float | None = None,
-        normalize: bool = False,
-        eps: float = 0.0,
-        feature_map: str = "identity",
-        initial_state: Any = None,
-        output_final_state: bool = False,
-        cu_seqlens: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, State]:
-        if contiguous:
-            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-            g = None if g is None else g.contiguous()
-        problem = validate_problem(
-            q,
-            k,
-            v,
-            g,
-            scale=scale,
-            normalize=normalize,
-            eps=eps,
-            feature_map=feature_map,
-            initial_state=initial_state,
-            output_final_state=output_final_state,
-            cu_seqlens=cu_seqlens,
-        )
-        return impl(problem)
-
-    return fn
-
-
-def _forms(form: str, p: Problem) -> tuple[torch.Tensor, State]:
-    """Evaluate ``p`` (already float32) in ``form``; the output stays float32."""
-    if form == "chunk":
-        return chunk_reference(p, chunk_size=C)
-    if form == "parallel":
-        return parallel_reference(p)
-    return recurrent_reference(p)
 
 
 def _out(p: Problem, o: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
@@ -100,7 +52,7 @@ def _out(p: Problem, o: torch.Tensor, state: State) -> tuple[torch.Tensor, State
 
 def reference(form: str, p: Problem) -> tuple[torch.Tensor, State]:
     """The correct float32 kernel of ``form`` (what `float32_reference` computes)."""
-    return _out(p, *_forms(form, p.to(F32)))
+    return _out(p, *evaluate_form(form, p.to(F32)))
 
 
 def _safe_divide(N: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
@@ -229,7 +181,7 @@ class ZooEntry:
 
 
 def _twin(name: str, impl: Impl, recipe: PrecisionRecipe, caps: Capabilities = FULL) -> Kernel:
-    return Kernel(name=name, fn=convention(impl), capabilities=caps, recipe=recipe)
+    return Kernel(name=name, fn=convention_kernel(impl), capabilities=caps, recipe=recipe)
 
 
 CHUNK_TWIN = _twin("zoo-twin/chunk", functools.partial(reference, "chunk"), RECIPES["chunk"])
@@ -550,7 +502,7 @@ def scales_q_in_place(p: Problem) -> tuple[torch.Tensor, State]:
 
 def returns_float32(p: Problem) -> tuple[torch.Tensor, State]:
     """Returns the float32 accumulator instead of rounding o to the input dtype."""
-    o, state = _forms("chunk", p.to(F32))
+    o, state = evaluate_form("chunk", p.to(F32))
     return o, state if p.output_final_state else None
 
 
@@ -564,7 +516,7 @@ def nondeterministic(p: Problem) -> tuple[torch.Tensor, State]:
     Alternating rather than random noise makes every rerun differ, so a failing case fails
     again when Hypothesis replays it (random ulp noise on one element often rounds away).
     """
-    o, state = _forms("chunk", p.to(F32))
+    o, state = evaluate_form("chunk", p.to(F32))
     if next(_CALLS) % 2:
         o = torch.nextafter(o, torch.full_like(o, torch.inf))
     return _out(p, o, state)
@@ -588,7 +540,7 @@ def _entry(
     impl: Impl, twin: Kernel, bug_class: str, mirrors: str, extra: tuple[str, ...] = ()
 ) -> ZooEntry:
     # The one kernel whose bug is about strides must see them.
-    fn = convention(impl, contiguous=impl is not contiguity_assumed)
+    fn = convention_kernel(impl, contiguous=impl is not contiguity_assumed)
     broken = replace(twin, name=f"zoo/{impl.__name__}", fn=fn)
     return ZooEntry(broken=broken, twin=twin, bug_class=bug_class, mirrors=mirrors, extra=extra)
 
