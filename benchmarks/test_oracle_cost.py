@@ -1,18 +1,16 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Cost of the oracles (ERROR_MODEL.md §6.1): float64, double-double and mpmath.
 
-Not part of the test suite. Run with
+Not part of the test suite. Run with ``python benchmarks/results.py`` or
 
     pytest benchmarks/test_oracle_cost.py --benchmark-only
 
 (add ``-k "not mpmath-1024"`` to skip the minutes-long mpmath case). Problems: B = H = 1,
 K = V = D, elu1, normalized (eps = 1e-6), fp32 inputs, with and without decay. torch runs on one
-thread so the ratios compare single-core implementations.
+thread (``conftest.one_thread``) so the ratios compare single-core implementations.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -26,12 +24,9 @@ from linattn_verify.semantics import Problem, validate_problem
 SHAPES = [(256, 32), (1024, 64)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def describe(benchmark: BenchmarkFixture, oracle: str, T: int, D: int, decay: bool) -> None:
+    benchmark.group = f"T={T} D={D} {'decay' if decay else 'no decay'}"
+    benchmark.extra_info.update(suite="oracle", oracle=oracle, T=T, D=D, decay=decay)
 
 
 def make_problem(T: int, D: int, decay: bool) -> Problem:
@@ -47,7 +42,7 @@ def make_problem(T: int, D: int, decay: bool) -> Problem:
 @pytest.mark.parametrize(("T", "D"), SHAPES, ids=[f"{T}x{D}" for T, D in SHAPES])
 def test_float64(benchmark: BenchmarkFixture, T: int, D: int, decay: bool) -> None:
     problem = make_problem(T, D, decay).to(torch.float64)
-    benchmark.group = f"T={T} D={D} {'decay' if decay else 'no decay'}"
+    describe(benchmark, "float64", T, D, decay)
     o, _ = benchmark(parallel_reference, problem)
     assert o.shape == (1, T, 1, D)
 
@@ -56,8 +51,8 @@ def test_float64(benchmark: BenchmarkFixture, T: int, D: int, decay: bool) -> No
 @pytest.mark.parametrize(("T", "D"), SHAPES, ids=[f"{T}x{D}" for T, D in SHAPES])
 def test_double_double(benchmark: BenchmarkFixture, T: int, D: int, decay: bool) -> None:
     problem = make_problem(T, D, decay)
-    benchmark.group = f"T={T} D={D} {'decay' if decay else 'no decay'}"
-    o, _ = benchmark.pedantic(
+    describe(benchmark, "double-double", T, D, decay)
+    o, _ = benchmark.pedantic(  # type: ignore[no-untyped-call]
         double_double_oracle, args=(problem,), rounds=5, iterations=1, warmup_rounds=1
     )
     assert o.shape == (1, T, 1, D)
@@ -67,7 +62,9 @@ def test_double_double(benchmark: BenchmarkFixture, T: int, D: int, decay: bool)
 @pytest.mark.parametrize(("T", "D"), SHAPES, ids=[f"mpmath-{T}x{D}" for T, D in SHAPES])
 def test_mpmath(benchmark: BenchmarkFixture, T: int, D: int, decay: bool) -> None:
     problem = make_problem(T, D, decay)
-    benchmark.group = f"T={T} D={D} {'decay' if decay else 'no decay'}"
+    describe(benchmark, "mpmath", T, D, decay)
     # One round: seconds at 256x32, minutes at 1024x64.
-    o, _ = benchmark.pedantic(mpmath_oracle, args=(problem,), rounds=1, iterations=1)
+    o, _ = benchmark.pedantic(  # type: ignore[no-untyped-call]
+        mpmath_oracle, args=(problem,), rounds=1, iterations=1
+    )
     assert o.shape == (1, T, 1, D)

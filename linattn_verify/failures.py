@@ -114,6 +114,8 @@ def save_failure(
     spec: ProblemSpec,
     kernel_name: str,
     directory: str | os.PathLike[str],
+    *,
+    kernel_source: Mapping[str, Any] | None = None,
 ) -> Path:
     """Save a failing case as ``<directory>/<property>-<kernel>.json`` plus the same ``.pt``.
 
@@ -123,6 +125,7 @@ def save_failure(
         kernel_name: The kernel's registered name (``/`` and other unsafe characters become
             ``_`` in the file name; the JSON keeps the name as given).
         directory: Where to write; created if missing.
+        kernel_source: How to load the kernel again when it is not registered (`Kernel.source`).
 
     Returns:
         The path of the JSON file.
@@ -159,6 +162,7 @@ def save_failure(
         "repro": spec.repro(),
         "replay": f"linattn-verify replay {path}",
         "versions": _versions(),
+        "kernel_source": None if kernel_source is None else dict(kernel_source),
     }
     _atomic_write(path, lambda p: p.write_text(json.dumps(document, indent=2) + "\n"))
     return path
@@ -178,6 +182,7 @@ class SavedFailure:
         versions: Package versions at save time.
         inputs: The saved input tensors by name (``q``, ``k``, ``v``, and ``g``,
             ``initial_state``, ``initial_key_sum``, ``cu_seqlens`` where present).
+        kernel_source: How to load an unregistered kernel again (`Kernel.source`), if saved.
     """
 
     path: Path
@@ -188,6 +193,7 @@ class SavedFailure:
     scores: Mapping[str, float] = field(default_factory=dict)
     versions: Mapping[str, str] = field(default_factory=dict)
     inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    kernel_source: Mapping[str, Any] | None = None
 
     def problem(self) -> Problem:
         """Return the problem made of the saved tensors (the exact inputs of the failure)."""
@@ -253,6 +259,7 @@ def load_failure(path: str | os.PathLike[str]) -> SavedFailure:
             scores={name: float(v) for name, v in document.get("scores", {}).items()},
             versions=dict(document.get("versions", {})),
             inputs=dict(inputs),
+            kernel_source=document.get("kernel_source"),
         )
     except (KeyError, TypeError, ValueError, RuntimeError, pickle.UnpicklingError) as exc:
         if isinstance(exc, InvalidArgument):
@@ -293,13 +300,15 @@ def replay(
     Args:
         path: The failure's ``.json`` (or ``.pt``) file.
         properties: Property functions by name; must hold the saved property.
-        kernels: Kernels by name; must hold the saved kernel.
+        kernels: Kernels by name; must hold the saved kernel, unless the failure saved how to
+            load it (a kernel given to ``linattn-verify check``): then it is loaded from there.
 
     Returns:
         The property's result on the saved case.
 
     Raises:
-        InvalidArgument: if the file cannot be read or its property or kernel is not given.
+        InvalidArgument: if the file cannot be read, its property is not given, or its kernel is
+            neither given nor loadable.
     """
     saved = load_failure(path)
     if saved.property not in properties:
@@ -307,13 +316,19 @@ def replay(
             f"Got a failure of property {saved.property!r} ({saved.path}), but properties holds "
             f"only {sorted(properties)}."
         )
-    if saved.kernel not in kernels:
+    if saved.kernel in kernels:
+        kernel = kernels[saved.kernel]
+    elif saved.kernel_source is not None:
+        from linattn_verify.targets import KernelSource
+
+        kernel = KernelSource.from_json(saved.kernel_source).load()
+    else:
         raise InvalidArgument(
             f"Got a failure of kernel {saved.kernel!r} ({saved.path}), but kernels holds only "
-            f"{sorted(kernels)}."
+            f"{sorted(kernels)} and the failure does not say how to load it."
         )
     differing = _differences(saved.inputs, _problem_tensors(saved.spec.build()))
-    result = properties[saved.property](saved.spec, kernels[saved.kernel])
+    result = properties[saved.property](saved.spec, kernel)
     if differing:
         note = (
             f"The inputs rebuilt from the spec differ from the saved ones in {differing}: this "
@@ -383,10 +398,16 @@ def check(
     if result.ok:
         return result
     path = save_failure(
-        result, spec, kernel.name, failures_directory() if directory is None else directory
+        result,
+        spec,
+        kernel.name,
+        failures_directory() if directory is None else directory,
+        kernel_source=kernel.source,
     )
     raise PropertyViolation(
-        f"{result.report()}\nRepro: {spec.repro()}\nReplay: linattn-verify replay {path}"
+        f"{result.report()}\nRepro: {spec.repro()}\nReplay: linattn-verify replay {path}",
+        result=result,
+        failure_file=str(path),
     )
 
 

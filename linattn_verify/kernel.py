@@ -48,6 +48,8 @@ class Capabilities:
         dtypes: Input dtypes it takes. Default: `("float32", "float16", "bfloat16")`.
         max_head_dim: Largest K and V. Default: `256`.
         min_head_dim: Smallest K and V. Default: `1`.
+        even_head_dims: Dtypes in which K and V must be even (FLA's 16-bit chunked backward
+            asserts it, because Triton miscompiles odd 16-bit tails). Default: `()`.
         deterministic: Promises bit-identical reruns. Default: `True`.
         chunk_sizes: Chunk sizes it accepts through ``chunk_size=`` (empty: none). Default: `()`.
     """
@@ -64,6 +66,7 @@ class Capabilities:
     dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
     max_head_dim: int = 256
     min_head_dim: int = 1
+    even_head_dims: tuple[str, ...] = ()
     deterministic: bool = True
     chunk_sizes: tuple[int, ...] = ()
 
@@ -78,9 +81,12 @@ class Capabilities:
                 f"Got feature_maps={self.feature_maps!r}; each must be one of "
                 f"{get_args(FeatureMap)}."
             )
-        bad_dtypes = [d for d in self.dtypes if d not in DTYPE_NAMES]
+        bad_dtypes = [d for d in (*self.dtypes, *self.even_head_dims) if d not in DTYPE_NAMES]
         if not self.dtypes or bad_dtypes:
-            raise InvalidArgument(f"Got dtypes={self.dtypes!r}; each must be one of {DTYPE_NAMES}.")
+            raise InvalidArgument(
+                f"Got dtypes={self.dtypes!r}, even_head_dims={self.even_head_dims!r}; each must "
+                f"be one of {DTYPE_NAMES}."
+            )
         if not self.configurable and (len(self.normalize) > 1 or len(self.feature_maps) > 1):
             raise InvalidArgument(
                 "A kernel that takes no normalize=/feature_map= keywords has one fixed semantics: "
@@ -112,6 +118,9 @@ class Kernel:
         implied_decay: For kernels whose decay is fixed inside them (RetNet's per-head γ), the
             log decay they apply, as a function of the problem (``[B, T, H]``); the kernel is
             then called without ``g`` and the oracle uses this g. Default: `None`.
+        source: How to load it again where it is not registered (a
+            `linattn_verify.targets.KernelSource` as JSON): saved with its failures so that
+            ``linattn-verify replay`` can rebuild a kernel given to ``check``. Default: `None`.
     """
 
     name: str
@@ -121,6 +130,7 @@ class Kernel:
     form: Form | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     implied_decay: Callable[[Problem], torch.Tensor] | None = None
+    source: Mapping[str, Any] | None = None
 
     def prepare(self, problem: Problem) -> Problem:
         """Return ``problem`` as this kernel computes it (with its implied decay, if any).
@@ -164,6 +174,10 @@ class Kernel:
             (
                 cap.min_head_dim <= min(K, V) and max(K, V) <= cap.max_head_dim,
                 f"head dims K={K}, V={V} outside [{cap.min_head_dim}, {cap.max_head_dim}]",
+            ),
+            (
+                dtype not in cap.even_head_dims or (K % 2 == 0 and V % 2 == 0),
+                f"odd head dims K={K}, V={V} in {dtype}",
             ),
         ]
         for ok, reason in checks:

@@ -24,12 +24,21 @@ Hypothesis profiles (select with Hypothesis's own ``--hypothesis-profile NAME``)
 
 Every profile has ``deadline=None``: the first call of a Triton kernel compiles (or, under the
 interpreter, is slow), which would trip any deadline.
+
+Scale-out with pytest-xdist (``-n auto``): on a machine with several GPUs each worker ``gwN`` sees
+one of them, the ``N mod count``-th entry of the visible list (`worker_device`), set through
+``CUDA_VISIBLE_DEVICES`` before any conftest can import torch. The GPUs are counted from an
+existing ``CUDA_VISIBLE_DEVICES``, else with ``nvidia-smi -L``; with fewer than two, or outside
+xdist, nothing changes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,6 +135,72 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="directory where failing cases are saved (JSON + .pt) for "
         "'linattn-verify replay'; the default is relative to the rootdir. Default: %(default)r",
     )
+
+
+def worker_device(worker_id: str | None, devices: Sequence[str]) -> str | None:
+    """Return the GPU xdist worker ``worker_id`` (``"gw3"``) should see, or `None` to leave it.
+
+    Workers take the visible devices round-robin: ``gwN`` gets ``devices[N % len(devices)]``.
+    Outside xdist (``worker_id`` `None`), with fewer than two devices, or for a worker id that is
+    not ``gw<number>``, there is nothing to choose.
+    """
+    if worker_id is None or len(devices) < 2:
+        return None
+    number = worker_id.removeprefix("gw")
+    if not number.isdigit():
+        return None
+    return devices[int(number) % len(devices)]
+
+
+def _nvidia_smi_gpus() -> list[str]:
+    """Return the indices of the GPUs ``nvidia-smi -L`` lists (none if it is absent or fails)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        listing = subprocess.run(
+            [exe, "-L"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    count = sum(line.startswith("GPU ") for line in listing.splitlines())
+    return [str(i) for i in range(count)]
+
+
+def visible_devices(
+    env: Mapping[str, str], query: Callable[[], list[str]] = _nvidia_smi_gpus
+) -> list[str]:
+    """Return the GPUs a process may use: ``CUDA_VISIBLE_DEVICES``'s entries, else ``query()``."""
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return query()
+    return [entry.strip() for entry in listed.split(",") if entry.strip()]
+
+
+def pin_worker_gpu(
+    env: MutableMapping[str, str], query: Callable[[], list[str]] = _nvidia_smi_gpus
+) -> str | None:
+    """Restrict this xdist worker to one GPU through ``env["CUDA_VISIBLE_DEVICES"]``.
+
+    Returns:
+        The device chosen, or `None` when the environment was left alone.
+    """
+    worker_id = env.get("PYTEST_XDIST_WORKER")
+    if worker_id is None:
+        # Not a worker: spare the plain run the nvidia-smi call.
+        return None
+    device = worker_device(worker_id, visible_devices(env, query))
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    return device
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Pin an xdist worker to one GPU before the first conftest can initialise CUDA."""
+    # CUDA reads CUDA_VISIBLE_DEVICES once, when torch first touches the driver; the initial
+    # conftests (and linattn_kernels' backend probe) may do that, so pin before they load.
+    pin_worker_gpu(os.environ)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -40,8 +40,9 @@ Precision (ERROR_MODEL.md §7): fp32 dots run IEEE under the Triton interpreter,
 Triton's default tf32 operands and tensor-core accumulation compiled on CUDA. For 16-bit inputs
 FLA rounds intermediates to the input dtype (``intermediate_dtype="input"``); ``casts_on_path``
 counts the roundings a single term meets on its longest path (see `_LOW_CASTS`). The bf16 and
-fp16 backward of the chunked kernels asserts even K and V (``chunk_bwd_dv``), which the
-capabilities cannot express; odd 16-bit head dims fail there with FLA's message.
+fp16 backward of the ``chunk`` kernels asserts even K and V (``chunk_bwd_dv``: Triton
+miscompiles odd 16-bit tails into illegal memory accesses), so those kernels declare
+``even_head_dims`` for both 16-bit dtypes.
 
 Known weakness (fp16, normalized): torch computes the normalizer in fp16, where eps = 1e-10
 rounds to 0 (a row with q = 0 gives NaN where fp32 and bf16 give 0), s q·k_cum can underflow to
@@ -58,6 +59,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -315,6 +317,8 @@ def fla_kernels() -> list[Kernel]:
             division=division,
             interpreted=interpreted,
         )
+        if name.endswith((".chunk", ".chunk+normalize")):
+            capabilities = replace(capabilities, even_head_dims=("float16", "bfloat16"))
         kernels.append(
             Kernel(
                 name=f"fla/{name}",

@@ -159,6 +159,7 @@ def problem_specs(
     chunk_sizes: Sequence[int] = DEFAULT_MODULI,
     max_batch_size: int = 2,
     max_heads: int = 2,
+    even_head_dims: Sequence[str] = (),
 ) -> st.SearchStrategy[ProblemSpec]:
     """Generate `ProblemSpec`: any shape, dtype, option, layout and value family within limits.
 
@@ -190,11 +191,18 @@ def problem_specs(
         chunk_sizes: Chunk sizes whose residues T should cover. Default: `(16, 32, 64)`.
         max_batch_size: Largest B. Default: `2`.
         max_heads: Largest H. Default: `2`.
+        even_head_dims: Dtypes in which K and V are drawn even. Default: `()`.
 
     Raises:
         InvalidArgument: naming the first malformed argument.
     """
     check_int_range("seq_len", min_seq_len, max_seq_len, lowest=1)
+    even_head_dims = check_choices("even_head_dims", even_head_dims, tuple(DTYPES), empty=True)
+    if even_head_dims and max_head_dim < 2 * -(-min_head_dim // 2):
+        raise InvalidArgument(
+            f"Got even_head_dims={even_head_dims!r}, but [{min_head_dim}, {max_head_dim}] holds "
+            "no even head dim."
+        )
     check_int_range("head_dim", min_head_dim, max_head_dim, lowest=1)
     check_int_range("batch_size", 1, max_batch_size, lowest=1)
     check_int_range("heads", 1, max_heads, lowest=1)
@@ -220,6 +228,8 @@ def problem_specs(
     return _problem_specs(
         T=seq_lens(min_value=min_seq_len, max_value=max_seq_len, chunk_sizes=chunk_sizes),
         head_dim=head_dims(min_value=min_head_dim, max_value=max_head_dim),
+        head_dim_range=(min_head_dim, max_head_dim),
+        even_head_dims=even_head_dims,
         dtypes=dtypes,
         feature_maps=feature_maps,
         values=values,
@@ -241,6 +251,8 @@ def _problem_specs(
     *,
     T: st.SearchStrategy[int],
     head_dim: st.SearchStrategy[int],
+    head_dim_range: tuple[int, int],
+    even_head_dims: tuple[str, ...],
     dtypes: tuple[str, ...],
     feature_maps: tuple[FeatureMap, ...],
     values: tuple[str, ...],
@@ -262,12 +274,15 @@ def _problem_specs(
     families = [f for f in families if f != "large" or dtype != "float16"] or ["normal"]
     use_varlen = varlen and draw(st.booleans(), label="varlen")
     is_normalized = draw(st.sampled_from(normalize), label="normalize")
+    K, V = draw(head_dim, label="K"), draw(head_dim, label="V")
+    if dtype in even_head_dims:
+        K, V = _even(K, *head_dim_range), _even(V, *head_dim_range)
     return ProblemSpec(
         B=1 if use_varlen else draw(st.integers(1, max_batch_size), label="B"),
         T=seq_len,
         H=draw(st.integers(1, max_heads), label="H"),
-        K=draw(head_dim, label="K"),
-        V=draw(head_dim, label="V"),
+        K=K,
+        V=V,
         dtype=dtype,
         feature_map=fmap,
         normalize=is_normalized,
@@ -281,6 +296,13 @@ def _problem_specs(
         seed=draw(st.integers(0, 2**31 - 1), label="seed"),
         layout=draw(st.sampled_from(layouts), label="layout"),
     )
+
+
+def _even(n: int, lowest: int, highest: int) -> int:
+    """The even head dim next to ``n`` within [lowest, highest] (one exists: checked before)."""
+    if n % 2 == 0:
+        return n
+    return n + 1 if n + 1 <= highest else n - 1 if n - 1 >= lowest else n
 
 
 def kernel_specs(
@@ -336,6 +358,7 @@ def kernel_specs(
         final_state=(False, True) if cap.final_state else (False,),
         layouts=layouts,
         chunk_sizes=cap.chunk_sizes or DEFAULT_MODULI,
+        even_head_dims=tuple(d for d in cap.even_head_dims if d in dtypes),
     )
 
 

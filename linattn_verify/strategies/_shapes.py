@@ -61,8 +61,12 @@ def check_int_range(name: str, min_value: Any, max_value: Any, *, lowest: int) -
         )
 
 
-def check_choices(name: str, values: Any, allowed: Sequence[Any]) -> tuple[Any, ...]:
-    """Return ``values`` as a tuple if it is a non-empty sequence drawn from ``allowed``.
+def check_choices(
+    name: str, values: Any, allowed: Sequence[Any], *, empty: bool = False
+) -> tuple[Any, ...]:
+    """Return ``values`` as a tuple if it is a sequence drawn from ``allowed``.
+
+    ``values`` must be non-empty unless ``empty``.
 
     Raises:
         InvalidArgument: quoting ``values`` when it is a string, empty, or holds unknown items.
@@ -72,7 +76,7 @@ def check_choices(name: str, values: Any, allowed: Sequence[Any]) -> tuple[Any, 
             f"Expected {name} to be a sequence such as {tuple(allowed)!r} but got {values!r}."
         )
     unknown = [v for v in values if v not in allowed]
-    if not values or unknown:
+    if (not values and not empty) or unknown:
         raise InvalidArgument(
             f"Got {name}={tuple(values)!r}, but {name} must be a non-empty selection from "
             f"{tuple(allowed)!r}."

@@ -28,6 +28,7 @@ CATALOGUE_SPEC: dict[str, str] = {
     "denominator_stable": "denominators",
     "contract_holds": "contract",
     "dyadic_inputs_exact": "exactness",
+    "compiled_matches_eager": "compilation",
 }
 """Property name -> the module of `linattn_properties` that defines it."""
 

@@ -187,10 +187,14 @@ def normalized_affine_and_convex(spec: ProblemSpec, kernel: Kernel) -> PropertyR
                 f"(v + {c:g}) is not o(v) + {c:g}·ρ_t within the sum of the bounds",
             )
         )
-    lo, hi = _running_hull(problem)
-    lo, hi = torch.minimum(rho * lo, rho * hi), torch.maximum(rho * lo, rho * hi)
+    v_lo, v_hi = _running_hull(problem)
+    lo, hi = torch.minimum(rho * v_lo, rho * v_hi), torch.maximum(rho * v_lo, rho * v_hi)
     excess = torch.clamp(torch.maximum(lo - o1, o1 - hi), min=0.0)
-    bound = b1.bound + 4 * _U64 * o1.abs()
+    # ρ = (Z - eps) / Z comes from Z = fl64(D + eps), which keeps D only to ulp(eps)/2: where
+    # D << eps, ρ is off by up to 2^-53 eps / Z <= 2^-53 absolutely (even 0 for D > 0), so the
+    # interval ends are off by up to 2^-53 max|v| (plus the float64 products' own rounding).
+    rho_error = 2 * _U64 * torch.maximum(v_lo.abs(), v_hi.abs())
+    bound = b1.bound + 4 * _U64 * o1.abs() + rho_error
     judged = torch.isfinite(bound) & (o1.abs() < torch.inf)
     ratio = torch.where(judged, excess / torch.where(bound > 0, bound, 1.0), 0.0)
     ratio = torch.where(judged & (bound == 0) & (excess > 0), torch.inf, ratio)

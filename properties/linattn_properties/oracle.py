@@ -44,6 +44,9 @@ def _verdict_result(
     for c in verdict.comparisons:
         scores[f"{c.name}.max_r"] = c.max_r
         scores[f"{c.name}.max_rho"] = c.max_rho
+        # The per-tensor distribution reports carry (ERROR_MODEL.md §7): p99.9 r, median ρ.
+        scores[f"{c.name}.p999_r"] = c.p999_r
+        scores[f"{c.name}.median_rho"] = c.median_rho
         if c.max_eta is not None:
             scores[f"{c.name}.max_eta"] = c.max_eta
     worst = verdict.worst
@@ -68,7 +71,8 @@ def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         r = |x̂ - x| / B <= 2 on verifiable elements,  η <= 2 (normalized o),
         and x̂ finite wherever x is finite and representable.
 
-    Scores: ``"<tensor>.max_r"``, ``"<tensor>.max_rho"`` (and ``"o.max_eta"`` when normalized).
+    Scores: ``"<tensor>.max_r"``, ``"<tensor>.max_rho"``, ``"<tensor>.p999_r"``,
+    ``"<tensor>.median_rho"`` (and ``"o.max_eta"`` when normalized).
 
     Args:
         spec: The case.

@@ -13,6 +13,9 @@ from linattn_verify.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 
 KERNELS = textwrap.dedent(
     """
+    import os
+    import signal
+
     from linattn_verify.reference_kernels import float32_reference
 
     _reference = float32_reference("recurrent")
@@ -28,6 +31,15 @@ KERNELS = textwrap.dedent(
                             output_final_state=False, cu_seqlens=None):
         return correct(q, k, v, g, scale=scale, output_final_state=output_final_state,
                        cu_seqlens=cu_seqlens)
+
+
+    def crashes_on_long_inputs(q, k, v, g=None, *, scale=None, initial_state=None,
+                               output_final_state=False, cu_seqlens=None):
+        # What an out-of-bounds access past a short buffer does to a compiled kernel.
+        if q.shape[1] > 6:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return correct(q, k, v, g, scale=scale, initial_state=initial_state,
+                       output_final_state=output_final_state, cu_seqlens=cu_seqlens)
 
 
     not_callable = 3
@@ -66,7 +78,7 @@ def test_correct_kernel_passes(target_file: Path, tmp_path: Path) -> None:
     assert _check(f"{target_file}:correct", report=tmp_path / "ok") == EXIT_OK
     document = json.loads((tmp_path / "ok" / "check.json").read_text())
     assert document["ok"] is True
-    assert len(document["properties"]) == 13
+    assert len(document["properties"]) == 14
 
 
 def test_broken_kernel_fails_with_a_replayable_failure(target_file: Path, tmp_path: Path) -> None:
@@ -95,3 +107,30 @@ def test_bad_flag_is_a_usage_error(target_file: Path) -> None:
     with pytest.raises(SystemExit) as info:
         main(["check", f"{target_file}:correct", "--budget", "-1"])
     assert info.value.code == EXIT_USAGE
+
+
+def test_a_check_failure_replays_from_its_saved_target(
+    target_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "bad"
+    assert _check(f"{target_file}:drops_initial_state", "--fail-fast", report=report) == EXIT_FAILED
+    document = json.loads((report / "check.json").read_text())
+    failed = [p for p in document["properties"] if not p["ok"]]
+    assert len(failed) == 1, "--fail-fast stops at the first failing property"
+    statuses = [p["status"] for p in document["properties"]]
+    assert set(statuses[statuses.index("FAILED") + 1 :]) <= {"not run"}
+    capsys.readouterr()
+    # The kernel is not registered: replay loads it from the target saved with the failure.
+    assert main(["replay", failed[0]["failure_file"]]) == EXIT_FAILED
+    assert "Reproduces" in capsys.readouterr().out
+
+
+def test_a_crashing_kernel_fails_a_property_in_isolation(target_file: Path, tmp_path: Path) -> None:
+    report = tmp_path / "crash"
+    code = _check(f"{target_file}:crashes_on_long_inputs", "--isolation", "process", report=report)
+    assert code == EXIT_FAILED
+    document = json.loads((report / "check.json").read_text())
+    assert document["isolated"] is True
+    crashed = [p for p in document["properties"] if "SIGSEGV" in p["message"]]
+    assert crashed, [p["message"] for p in document["properties"]]
+    assert "T=" in crashed[0]["message"], "the message names the case the kernel crashed on"

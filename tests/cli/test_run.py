@@ -15,8 +15,8 @@ def test_run_writes_records_and_summary(tmp_path: Path) -> None:
     code = main(
         [
             "run",
-            "--forms",
-            "chunk,recurrent",
+            "--kernels",
+            "triton/chunk,triton/recurrent",
             "--dtypes",
             "float32",
             "--examples",
@@ -36,10 +36,24 @@ def test_run_writes_records_and_summary(tmp_path: Path) -> None:
     assert summary["passed"] == len(records)
 
 
-def test_run_rejects_unknown_form() -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["run", "--forms", "quadratic"])
-    assert info.value.code == EXIT_USAGE
+def test_run_rejects_a_kernel_glob_matching_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--kernels", "quadratic/*"]) == EXIT_USAGE
+    assert "--kernels quadratic/*" in capsys.readouterr().err
+
+
+def test_run_gives_the_same_verdicts_over_two_workers(tmp_path: Path) -> None:
+    def records(workers: int) -> list[tuple[str, str, str, bool, float]]:
+        out = tmp_path / f"workers-{workers}"
+        flags = ["--kernels", "torch/*", "--dtypes", "float32,bfloat16", "--examples", "3"]
+        flags += ["--max-seq-len", "10", "--workers", str(workers), "--out", str(out)]
+        assert main(["run", *flags]) == EXIT_OK
+        lines = (out / "results.jsonl").read_text().splitlines()
+        found = [json.loads(line) for line in lines]
+        return sorted((r["kernel"], r["dtype"], r["spec"], r["ok"], r["worst_r"]) for r in found)
+
+    one, two = records(1), records(2)
+    assert len(one) == 3 * 3 * 2
+    assert one == two
 
 
 def test_list_names_every_builtin_kernel(capsys: pytest.CaptureFixture[str]) -> None:

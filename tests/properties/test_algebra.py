@@ -41,6 +41,27 @@ NASTY_AFFINE = {
         **{**NORMALIZED, "feature_map": "relu", "eps": 0.0, "values": "zero_rows"}
     ),
     "fp16-varlen": base(**{**NORMALIZED, "dtype": "float16", "B": 1, "segments": (3, 14)}),
+    # Overflowing decay makes D_t = s q·z_t far below eps: ρ_t = (Z - eps) / Z is 0 in float64
+    # while o is not (a false alarm of the hull test before its ρ rounding was counted).
+    "D-below-ulp-of-eps": ProblemSpec(
+        B=2,
+        T=2,
+        H=2,
+        K=1,
+        V=1,
+        dtype="bfloat16",
+        feature_map="elu1",
+        normalize=True,
+        eps=0.01,
+        scale=None,
+        values="heavy_tailed",
+        decay="overflowing",
+        initial_state=True,
+        output_final_state=True,
+        segments=None,
+        seed=6527687,
+        layout="sliced",
+    ),
 }
 
 

@@ -40,7 +40,7 @@ base = example_spec
 def check(result: PropertyResult) -> None:
     note(result.report())
     event("skipped" if result.skipped else "checked")
-    scores = [v for k, v in result.scores.items() if not k.endswith("max_rho")]
+    scores = [v for k, v in result.scores.items() if not k.endswith("rho")]
     if scores:
         target(max(scores), label="worst score")
     result.raise_for_failure()
@@ -156,8 +156,12 @@ def test_outputs_match_oracle_passes_and_scores_the_correct_reference() -> None:
     assert set(result.scores) == {
         "o.max_r",
         "o.max_rho",
+        "o.p999_r",
+        "o.median_rho",
         "final_state.max_r",
         "final_state.max_rho",
+        "final_state.p999_r",
+        "final_state.median_rho",
     }
     assert 0 < result.scores["o.max_r"] <= 1
 

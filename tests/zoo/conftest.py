@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,6 +27,7 @@ import torch
 
 from linattn_verify.feature_maps import apply_feature_map
 from linattn_verify.kernel import Capabilities, Kernel
+from linattn_verify.oracles._sequence import divide_rows
 from linattn_verify.oracles.chunk import chunk_reference
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.oracles.recurrent import recurrent_reference
@@ -55,12 +57,6 @@ def reference(form: str, p: Problem) -> tuple[torch.Tensor, State]:
     return _out(p, *evaluate_form(form, p.to(F32)))
 
 
-def _safe_divide(N: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
-    """N / Z per row, 0 where Z == 0 (`linattn_verify.semantics`)."""
-    zero = Z == 0
-    return torch.where(zero[..., None], torch.zeros_like(N), N / torch.where(zero, 1, Z)[..., None])
-
-
 def normalized_parts(
     p: Problem,
     *,
@@ -87,7 +83,7 @@ def normalized_parts(
         initial_state=z0,
     )
     o_den, z_T = chunk_reference(den, chunk_size=C)
-    o = _safe_divide(o_num, o_den[..., 0] + x.eps)
+    o = divide_rows(o_num, o_den[..., 0] + x.eps)
     return _out(p, o, (S_T, z_T[..., 0]))
 
 
@@ -255,7 +251,7 @@ def parallel_one(x: Problem, bug: str | None = None) -> tuple[torch.Tensor, Stat
     z_T = (k * w_end[..., None]).sum(dim=1) + total[:, None] * z0
     if x.normalize:
         Z = P.sum(-1) + s * w_start * (q @ z0[..., None])[..., 0] + x.eps
-        o = _safe_divide(o, Z)
+        o = divide_rows(o, Z)
     o = o.transpose(0, 1)[None]
     return o, (S_T[None], z_T[None]) if x.normalize else S_T[None]
 
@@ -298,7 +294,7 @@ def flat_cumsum_denominator(p: Problem, *, over_heads: bool = False) -> tuple[to
     B, T, H, K = phi_k.shape
     z = phi_k.reshape(B, T * H, K).cumsum(1).reshape(B, T, H, K) if over_heads else phi_k.cumsum(1)
     Z = x.scale * (apply_feature_map(x.q, x.feature_map) * z).sum(-1) + x.eps
-    return _out(p, _safe_divide(N, Z), (S_T, z[:, -1]))
+    return _out(p, divide_rows(N, Z), (S_T, z[:, -1]))
 
 
 DENOMINATOR_CAPS = replace(FULL, normalize=(True,), decay=False, varlen=False, initial_state=False)
@@ -566,7 +562,11 @@ ZOO: tuple[ZooEntry, ...] = (
     _entry(contiguity_assumed, CHUNK_TWIN, "shapes and layout", "strided inputs"),
     _entry(dv_uses_default_scale, CHUNK_TWIN, "scale", "fla #47"),
     _entry(
-        wrong_under_compile, CHUNK_TWIN, "compile and device", "fla #52", ("compile_invariant",)
+        wrong_under_compile,
+        CHUNK_TWIN,
+        "compile and device",
+        "fla #52",
+        ("compiled_matches_eager",),
     ),
     _entry(scales_q_in_place, CHUNK_TWIN, "contract", "inputs modified in place"),
     _entry(returns_float32, CHUNK_TWIN, "contract", "output dtype changed"),
@@ -606,12 +606,30 @@ def zoo_log() -> dict[str, dict[str, Any]]:
     return CAUGHT
 
 
+CLI_FIRST_FAILURES: dict[str, float] = {}
+"""Per broken kernel: seconds to the first failure of ``linattn-verify check`` (test_zoo_cli)."""
+
+
+@pytest.fixture(scope="session")
+def zoo_cli_log() -> dict[str, float]:
+    return CLI_FIRST_FAILURES
+
+
 @pytest.fixture(scope="session")
 def zoo() -> tuple[ZooEntry, ...]:
     return ZOO
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if CLI_FIRST_FAILURES:
+        times = sorted(CLI_FIRST_FAILURES.values())
+        terminalreporter.section("bug zoo through linattn-verify check")
+        for name, seconds in sorted(CLI_FIRST_FAILURES.items(), key=lambda item: item[1]):
+            terminalreporter.write_line(f"zoo/{name:40} first failure after {seconds:6.1f} s")
+        terminalreporter.write_line(
+            f"median time to first failure {statistics.median(times):.1f} s over {len(times)} "
+            f"broken kernels (max {times[-1]:.1f} s)"
+        )
     if not CAUGHT:
         return
     write = terminalreporter.write_line

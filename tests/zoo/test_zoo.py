@@ -7,10 +7,10 @@ profile's budget; each correct twin must pass the same search. A failure counts 
 broken kernel only when its twin passes the same property on the same case, so a harness
 false positive can never pass for a caught bug.
 
-The catalogue has no compile-invariance property, so `compile_invariant` lives here. Tracing a
-kernel with dynamo costs 1-3 s per example on a CPU, too much to add it to every search within
-the ``ci`` budget, so it runs where a zoo entry asks for it (``ZooEntry.extra``): the compile
-row's broken kernel and its twin.
+The catalogue's compile invariance (``compiled_matches_eager``) traces the kernel with dynamo,
+1-3 s per example on a CPU: too much to add to every search within the ``ci`` budget, so it
+runs where a zoo entry asks for it (``ZooEntry.extra``): the compile row's broken kernel and its
+twin.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ from __future__ import annotations
 import importlib
 import math
 import time
-import warnings
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pytest
-import torch
 from hypothesis import Phase, given, settings, target
+from linattn_properties.compilation import compiled_matches_eager
 
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
@@ -73,70 +71,8 @@ BUG_CLASSES = (
 Property = Callable[[ProblemSpec, Kernel], PropertyResult]
 
 
-def _bit_identical(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        a.shape == b.shape
-        and a.dtype == b.dtype
-        and bool(torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan()))
-    )
-
-
-def _tensors(result: Any) -> list[torch.Tensor]:
-    o, state = result
-    parts = list(state) if isinstance(state, tuple | list) else [state]
-    return [o.detach(), *(s.detach() for s in parts if isinstance(s, torch.Tensor))]
-
-
-def compile_invariant(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
-    """Check that ``torch.compile(kernel.fn)`` computes what the eager kernel computes.
-
-    Compiled with the ``eager`` backend, the graph runs the very operators the eager kernel
-    runs, so o and the final state must be bit-identical; only Python that behaves differently
-    while traced (``torch.compiler.is_compiling()``, fla #52) can change them.
-    """
-    name = "compile_invariant"
-
-    def result(**kw: Any) -> PropertyResult:
-        return PropertyResult(property=name, kernel=kernel.name, case=spec.describe(), **kw)
-
-    problem = replace(spec.build(), output_final_state=kernel.capabilities.final_state)
-    reason = kernel.supports(problem)
-    if reason is not None:
-        return result(ok=True, skipped=reason)
-    with torch.no_grad():
-        eager = _tensors(kernel.call(problem))
-        torch._dynamo.reset()
-        compiled = replace(kernel, fn=torch.compile(kernel.fn, backend="eager", dynamic=False))
-        try:
-            # Dynamo's own warnings (graph breaks, deprecations) are not the kernel's.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                traced = _tensors(compiled.call(problem))
-        except Exception as exc:
-            return result(ok=False, message=f"torch.compile raised {type(exc).__name__}: {exc}")
-        finally:
-            torch._dynamo.reset()
-    names = ["o", "final_state", "final_key_sum"]
-    differ = [n for n, a, b in zip(names, traced, eager, strict=False) if not _bit_identical(a, b)]
-    if len(traced) != len(eager) or differ:
-        worst = max(
-            (
-                float((a.double() - b.double()).abs().max())
-                for a, b in zip(traced, eager, strict=False)
-                if a.shape == b.shape and a.numel()
-            ),
-            default=math.nan,
-        )
-        return result(
-            ok=False,
-            message=f"compiled {differ} differ from eager (max |diff| {worst:.3g}); "
-            "expected bit-identical results under the eager backend",
-        )
-    return result(ok=True, message="compiled outputs bit-identical to eager")
-
-
-EXTRA: dict[str, Property] = {"compile_invariant": compile_invariant}
-"""Properties outside the catalogue that a zoo entry's search may add."""
+EXTRA: dict[str, Property] = {"compiled_matches_eager": compiled_matches_eager}
+"""Catalogue properties too costly for every zoo search, added where an entry asks for them."""
 
 
 def _catalogue(extra: tuple[str, ...] = ()) -> tuple[list[tuple[str, Property]], list[str]]:

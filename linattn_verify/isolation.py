@@ -1,0 +1,195 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Run `check_kernel` in a child process that the kernel under test may crash.
+
+On CUDA one illegal memory access poisons the process's context: every later call fails, and a
+kernel that hangs inside the driver never returns to Python, so neither an exception handler nor
+the per-call alarm can save the check. `check_isolated` runs the check in a spawned child and
+streams every event (progress, case records, outcomes) to the parent as it happens. When the
+child dies or stops talking, the property it was checking fails with the exit status and the
+case it was running, and a fresh child checks the properties still holding with the budget left.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue as queue_module
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from linattn_verify.checking import CheckListener, CheckReport, PropertyOutcome, check_kernel
+from linattn_verify.targets import KernelSource
+
+SILENCE_FACTOR = 10
+"""A child silent for this many per-call timeouts (at least `MIN_SILENCE` s) is hung."""
+
+MIN_SILENCE = 120.0
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The arguments of `check_kernel` besides the kernel, its properties and the listener."""
+
+    budget: float
+    seed: int
+    max_seq_len: int
+    max_head_dim: int
+    failures_dir: Path
+    fail_fast: bool = False
+
+
+class _QueueListener(CheckListener):
+    """The child's listener: forwards every event to the parent."""
+
+    def __init__(self, events: Any) -> None:
+        self.events = events
+
+    def progress(self, line: str) -> None:
+        self.events.put(("progress", line))
+
+    def case_started(self, property: str, case: str) -> None:
+        self.events.put(("case_started", (property, case)))
+
+    def case_finished(self, record: dict[str, Any]) -> None:
+        self.events.put(("case_finished", record))
+
+    def outcome(self, outcome: PropertyOutcome) -> None:
+        self.events.put(("outcome", dict(outcome.__dict__)))
+
+
+def _child(source: KernelSource, names: Sequence[str], search: SearchSettings, events: Any) -> None:
+    """The child process: load the kernel, check ``names``, report the end."""
+    from linattn_verify.registry import registered_properties
+
+    kernel = source.load()
+    catalogue = registered_properties()
+    report = check_kernel(
+        kernel,
+        {name: catalogue[name] for name in names},
+        budget=search.budget,
+        seed=search.seed,
+        max_seq_len=search.max_seq_len,
+        max_head_dim=search.max_head_dim,
+        failures_dir=search.failures_dir,
+        listener=_QueueListener(events),
+        fail_fast=search.fail_fast,
+    )
+    events.put(("done", report.seconds))
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def check_isolated(
+    source: KernelSource,
+    names: Sequence[str],
+    search: SearchSettings,
+    *,
+    listener: CheckListener | None = None,
+) -> CheckReport:
+    """Check ``source``'s kernel against the properties ``names`` in child processes.
+
+    Returns the same report as `check_kernel` would, plus a failed outcome for every property
+    during which a child crashed or hung (its message names the exit status and the case).
+    """
+    listener = listener or CheckListener()
+    context = multiprocessing.get_context("spawn")
+    outcomes = {name: PropertyOutcome(property=name) for name in names}
+    started = time.perf_counter()
+    silence = max(MIN_SILENCE, SILENCE_FACTOR * source.timeout)
+    remaining = list(names)
+    while remaining:
+        budget_left = search.budget - (time.perf_counter() - started)
+        events = context.Queue()
+        child = context.Process(
+            target=_child,
+            args=(source, remaining, replace(search, budget=max(budget_left, 1e-3)), events),
+            daemon=True,
+        )
+        child.start()
+        # Outcomes from a child are cumulative over its own life: add them to what earlier
+        # children found, with its times shifted to the start of the whole check.
+        base, offset = dict(outcomes), time.perf_counter() - started
+        current: tuple[str, str] | None = None
+        finished, last_heard = False, time.perf_counter()
+        while not finished:
+            try:
+                kind, payload = events.get(timeout=1.0)
+            except queue_module.Empty:
+                quiet = time.perf_counter() - last_heard
+                if not child.is_alive() or quiet > silence:
+                    break
+                continue
+            last_heard = time.perf_counter()
+            if kind == "progress":
+                listener.progress(payload)
+            elif kind == "case_started":
+                current = payload
+                listener.case_started(*payload)
+            elif kind == "case_finished":
+                listener.case_finished(payload)
+            elif kind == "outcome":
+                outcome = PropertyOutcome(**payload)
+                outcomes[outcome.property] = _merge(base[outcome.property], outcome, offset)
+                listener.outcome(outcomes[outcome.property])
+            elif kind == "done":
+                finished = True
+        if child.is_alive():
+            child.kill()
+        child.join()
+        if finished:
+            break
+        crashed = current[0] if current else remaining[0]
+        case = current[1] if current else "(before the first case)"
+        outcome = outcomes[crashed]
+        outcome.ok = False
+        outcome.first_failure_seconds = round(time.perf_counter() - started, 3)
+        outcome.message = (
+            f"{crashed} FAILED for {source.target}: the process checking it "
+            f"{_describe_exit(child.exitcode)} while running the kernel on\n  {case}\n"
+            "(the check went on in a fresh process)"
+        )
+        listener.progress(f"  {crashed:32s} FAILED: its process {_describe_exit(child.exitcode)}")
+        listener.outcome(outcome)
+        if search.fail_fast:
+            break
+        remaining = [name for name in remaining if outcomes[name].ok]
+        if time.perf_counter() - started >= search.budget:
+            break
+    for outcome in outcomes.values():
+        outcome.not_run = outcome.ok and outcome.examples == 0
+    return CheckReport(
+        kernel=source.target,
+        outcomes=list(outcomes.values()),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _merge(before: PropertyOutcome, now: PropertyOutcome, offset: float) -> PropertyOutcome:
+    """Add a child's outcome to what earlier children found for the same property."""
+    if now.first_failure_seconds is not None:
+        now = replace(now, first_failure_seconds=round(now.first_failure_seconds + offset, 3))
+    return replace(
+        now,
+        ok=before.ok and now.ok,
+        examples=before.examples + now.examples,
+        seconds=before.seconds + now.seconds,
+        skipped=before.skipped + now.skipped,
+        message=before.message or now.message,
+        failure_file=before.failure_file or now.failure_file,
+        first_failure_seconds=before.first_failure_seconds or now.first_failure_seconds,
+    )
+
+
+__all__ = ["SearchSettings", "check_isolated"]

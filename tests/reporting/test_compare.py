@@ -1,0 +1,93 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Comparing two runs: a 10x jump in max r on an unchanged recipe is flagged even while passing."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.reporting import (
+    compare_runs,
+    load_run,
+    render_comparison_html,
+    render_comparison_markdown,
+)
+
+
+def inflated(records: list[dict[str, Any]], kernel: str, factor: float) -> list[dict[str, Any]]:
+    """The records with ``kernel``'s forward scores multiplied by ``factor``."""
+    out = copy.deepcopy(records)
+    for record in out:
+        if record["kernel"] == kernel and record["dtype"] == "float32":
+            record["tensors"]["o"]["max_r"] *= factor
+            record["worst_r"] = max(s["max_r"] for s in record["tensors"].values())
+    return out
+
+
+def test_a_tenfold_jump_in_max_r_is_flagged_while_still_passing(
+    write_run: Any, passing_records: list[dict[str, Any]], reference_kernels: list[Any]
+) -> None:
+    before = load_run(write_run("before", passing_records, reference_kernels, render=False))
+    grown = inflated(passing_records, "torch/chunk", 12.0)
+    after = load_run(write_run("after", grown, reference_kernels, render=False))
+    assert after["totals"]["ok"], "the new run still passes"
+    comparison = compare_runs(before, after, before_label="v1", after_label="v2")
+    flagged = [s for s in comparison.scores if s.regression]
+    assert [(s.kernel, s.dtype, s.tensor) for s in flagged] == [("torch/chunk", "float32", "o")]
+    assert flagged[0].notes == ("max r x12",)
+    assert comparison.regressed
+    assert comparison.regressions == 1
+    markdown = render_comparison_markdown(comparison)
+    assert markdown.startswith("# linattn-verify run comparison\n\n**1 REGRESSION FLAGGED")
+    assert "| torch/chunk | float32 | o |" in markdown
+    assert "| REGRESSION | max r x12 |" in markdown
+    page = render_comparison_html(comparison)
+    assert '<tr class="fail"><td>torch/chunk</td><td>float32</td><td>o</td>' in page
+    # Below 10x, or the same run twice: nothing is flagged.
+    mild = load_run(write_run("mild", inflated(passing_records, "torch/chunk", 5.0), render=False))
+    assert not compare_runs(before, mild).regressed
+    assert not compare_runs(before, before).regressed
+
+
+def test_a_jump_on_a_changed_recipe_is_reported_but_not_flagged(
+    write_run: Any, passing_records: list[dict[str, Any]], reference_kernels: list[Any]
+) -> None:
+    before = load_run(write_run("before", passing_records, reference_kernels, render=False))
+    grown = inflated(passing_records, "torch/chunk", 12.0)
+    after = load_run(write_run("after", grown, reference_kernels, render=False))
+    for kernel in after["kernels"]:
+        if kernel["name"] == "torch/chunk":
+            kernel["recipes"]["float32"]["dot_precision"] = "tf32"
+    comparison = compare_runs(before, after)
+    assert not comparison.regressed
+    [row] = [s for s in comparison.scores if s.notes and s.tensor == "o" and s.dtype == "float32"]
+    assert row.recipe_changed
+    assert row.notes == ("max r x12 (recipe changed: not flagged)",)
+
+
+def test_a_property_that_newly_fails_is_a_regression(
+    write_run: Any,
+    passing_records: list[dict[str, Any]],
+    broken_records: list[dict[str, Any]],
+) -> None:
+    ok = [dict(r, kernel="bug/scaled") for r in passing_records if r["kernel"] == "torch/chunk"]
+    before = load_run(write_run("before", ok, render=False))
+    after = load_run(write_run("after", broken_records, render=False))
+    comparison = compare_runs(before, after)
+    changes = [(v.property, v.before, v.after, v.regression) for v in comparison.verdicts]
+    assert ("outputs_match_oracle", "held", "failed", True) in changes
+    assert ("gradients_match_oracle", "held", None, False) in changes
+    assert "REGRESSION" in render_comparison_markdown(comparison)
+
+
+def test_compare_runs_rejects_bad_documents(
+    write_run: Any, passing_records: list[dict[str, Any]]
+) -> None:
+    good = load_run(write_run("ok", passing_records[:2], render=False))
+    with pytest.raises(InvalidArgument, match="invalid after document"):
+        compare_runs(good, {**good, "totals": {}})
+    with pytest.raises(InvalidArgument, match="RunComparison"):
+        render_comparison_markdown(good)  # type: ignore[arg-type]

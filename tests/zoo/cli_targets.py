@@ -1,0 +1,65 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The bug zoo as ``linattn-verify check`` targets: ``tests/zoo/cli_targets.py:<name>``.
+
+A zoo kernel takes ``normalize=`` and ``feature_map=`` keywords; a third-party kernel under
+``check`` has one fixed semantics, declared by flags. `CONFIGS` fixes each kernel's semantics
+(normalized for the normalization row, plain otherwise) and `flags` gives the matching command
+line. Every broken kernel is exported under its zoo name, every twin as ``twin_<name>``.
+
+Loaded by file path (by the CLI and by `test_zoo_cli.py`), so the zoo's conftest is loaded the
+same way rather than imported.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+def _load_zoo() -> ModuleType:
+    path = Path(__file__).with_name("conftest.py")
+    spec = importlib.util.spec_from_file_location("_linattn_zoo_kernels", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # dataclasses look their module up in sys.modules while the module executes.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ZOO = _load_zoo().ZOO
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    e.broken.name.removeprefix("zoo/"): {"normalize": e.bug_class == "normalization"} for e in ZOO
+}
+"""Per zoo kernel (name without ``zoo/``), the semantics it is checked with."""
+
+
+def flags(name: str) -> list[str]:
+    """The ``check`` flags that declare what the zoo kernel ``name`` and its twin compute."""
+    (entry,) = [e for e in ZOO if e.broken.name == f"zoo/{name}"]
+    recipe, cap = entry.twin.recipe, entry.twin.capabilities
+    declared = ["--form", recipe.form, "--chunk-size", str(recipe.chunk_size)]
+    declared += ["--dtypes", ",".join(cap.dtypes)]
+    for flag, on in (
+        ("--decay=data", cap.decay),
+        ("--varlen", cap.varlen),
+        ("--no-initial-state", not cap.initial_state),
+        ("--no-final-state", not cap.final_state),
+        ("--no-backward", not cap.backward),
+        ("--normalized", CONFIGS[name]["normalize"]),
+    ):
+        declared += [flag] if on else []
+    return declared
+
+
+for _entry in ZOO:
+    _name = _entry.broken.name.removeprefix("zoo/")
+    # One module attribute per kernel, so each is a plain `file.py:function` target.
+    globals()[_name] = functools.partial(_entry.broken.fn, **CONFIGS[_name])
+    globals()[f"twin_{_name}"] = functools.partial(_entry.twin.fn, **CONFIGS[_name])
