@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from linattn_properties._testing import example_spec
 
 from linattn_verify._runner import case_record, verify_case
 from linattn_verify.failures import save_failure
@@ -35,25 +36,8 @@ EVIL_NAME = "<script>alert(1)</script>|x"
 
 
 def spec(**changes: Any) -> ProblemSpec:
-    base = ProblemSpec(
-        B=1,
-        T=16,
-        H=2,
-        K=4,
-        V=3,
-        dtype="float32",
-        feature_map="identity",
-        normalize=False,
-        eps=0.0,
-        scale=None,
-        values="normal",
-        decay="mild",
-        initial_state=True,
-        output_final_state=True,
-        segments=None,
-        seed=7,
-    )
-    return replace(base, **changes)
+    """The properties' small example case with T = 16 and ``changes``."""
+    return example_spec(**{"T": 16, **changes})
 
 
 def scaled(kernel: Kernel, factor: float, name: str) -> Kernel:
