@@ -17,7 +17,6 @@ Not part of the test suite; run with ``python benchmarks/results.py`` or
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +28,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from linattn_verify.errors import PropertyViolation
 from linattn_verify.registry import PropertyFunction, get_kernel, registered_properties
 from linattn_verify.strategies import ProblemSpec
+from linattn_verify.targets import import_file
 
 ZOO_DIR = Path(__file__).resolve().parents[1] / "tests" / "zoo"
 
@@ -65,13 +65,7 @@ def load_by_path(name: str, path: Path) -> ModuleType:
     """Import ``path`` as module ``name`` (the tests use importlib mode: no package to import)."""
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None, path
-    assert spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_file(path, name)
 
 
 ZOO = load_by_path("linattn_bench_zoo_kernels", ZOO_DIR / "conftest.py").ZOO

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import signal
 import sys
 import threading
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 from linattn_verify.errors import InvalidArgument
@@ -29,6 +31,24 @@ from linattn_verify.typing import Form
 
 class KernelTimeout(RuntimeError):
     """A kernel call ran past the per-call timeout."""
+
+
+def import_file(path: str | os.PathLike[str], module_name: str) -> ModuleType:
+    """Import the Python file ``path`` as the module ``module_name``.
+
+    The module is registered in ``sys.modules`` before it executes: dataclasses and pickling
+    look modules up there.
+
+    Raises:
+        InvalidArgument: if ``path`` cannot be imported as a module.
+    """
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise InvalidArgument(f"Got path={str(path)!r}, but it cannot be imported as a module.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_target(target: str) -> Callable[..., Any]:
@@ -49,12 +69,7 @@ def load_target(target: str) -> Callable[..., Any]:
             path = Path(where)
             if not path.is_file():
                 raise InvalidArgument(f"Got TARGET={target!r}, but {path} is not a file.")
-            spec = importlib.util.spec_from_file_location(f"_linattn_target_{path.stem}", path)
-            if spec is None or spec.loader is None:
-                raise InvalidArgument(f"Got TARGET={target!r}, but {path} cannot be imported.")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
+            module = import_file(path, f"_linattn_target_{path.stem}")
         else:
             module = importlib.import_module(where)
     except InvalidArgument:
@@ -203,4 +218,4 @@ class KernelSource:
             ) from None
 
 
-__all__ = ["KernelSource", "KernelTimeout", "load_target", "with_timeout"]
+__all__ = ["KernelSource", "KernelTimeout", "import_file", "load_target", "with_timeout"]

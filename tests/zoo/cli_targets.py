@@ -7,32 +7,18 @@ A zoo kernel takes ``normalize=`` and ``feature_map=`` keywords; a third-party k
 line. Every broken kernel is exported under its zoo name, every twin as ``twin_<name>``.
 
 Loaded by file path (by the CLI and by `test_zoo_cli.py`), so the zoo's conftest is loaded the
-same way rather than imported.
+same way (`linattn_verify.targets.import_file`) rather than imported.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from linattn_verify.targets import import_file
 
-def _load_zoo() -> ModuleType:
-    path = Path(__file__).with_name("conftest.py")
-    spec = importlib.util.spec_from_file_location("_linattn_zoo_kernels", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses look their module up in sys.modules while the module executes.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ZOO = _load_zoo().ZOO
+ZOO = import_file(Path(__file__).with_name("conftest.py"), "_linattn_zoo_kernels").ZOO
 
 CONFIGS: dict[str, dict[str, Any]] = {
     e.broken.name.removeprefix("zoo/"): {"normalize": e.bug_class == "normalization"} for e in ZOO

@@ -9,15 +9,14 @@ short budget. The table printed at the end gives each kernel's time to the first
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from linattn_verify.cli import EXIT_FAILED, EXIT_OK, main
+from linattn_verify.targets import import_file
 
 TARGETS = Path(__file__).with_name("cli_targets.py")
 BROKEN_BUDGET = 120.0
@@ -25,16 +24,7 @@ TWIN_BUDGET = 10.0
 SEARCH = ["--max-seq-len", "24", "--max-head-dim", "8", "--seed", "0"]
 
 
-def _targets() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_linattn_zoo_cli_targets", TARGETS)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-targets = _targets()
+targets = import_file(TARGETS, "_linattn_zoo_cli_targets")
 NAMES = sorted(targets.CONFIGS)
 # One twin per distinct (twin kernel, semantics): the twins shared by several broken kernels.
 TWINS = sorted(
