@@ -30,6 +30,27 @@ FIRST_ROUND_EXAMPLES = 5
 """Examples per property in the first round; round r searches (r + 1) times as many."""
 
 
+@dataclass(frozen=True)
+class SearchSettings:
+    """How `check_kernel` searches: everything but the kernel, its properties and the listener.
+
+    Attributes:
+        budget: Wall-clock seconds for the whole check.
+        failures_dir: Where failing cases are saved.
+        seed: Seed of the search.
+        max_seq_len: Longest T drawn.
+        max_head_dim: Largest K and V drawn.
+        fail_fast: Stop at the first property that fails.
+    """
+
+    budget: float
+    failures_dir: Path
+    seed: int = 0
+    max_seq_len: int = 32
+    max_head_dim: int = 16
+    fail_fast: bool = False
+
+
 class CheckListener:
     """Receives what `check_kernel` finds while it runs; every method does nothing by default."""
 
@@ -118,45 +139,39 @@ class CheckReport:
 def check_kernel(
     kernel: Kernel,
     properties: Mapping[str, Callable[..., Any]],
+    search: SearchSettings,
     *,
-    budget: float,
-    seed: int = 0,
-    max_seq_len: int = 32,
-    max_head_dim: int = 16,
-    failures_dir: Path,
     listener: CheckListener | None = None,
-    fail_fast: bool = False,
 ) -> CheckReport:
-    """Search every property for a counterexample until ``budget`` seconds are spent.
+    """Search every property for a counterexample until ``search.budget`` seconds are spent.
 
     Rounds: round r gives each property that still holds one Hypothesis search of
-    ``FIRST_ROUND_EXAMPLES * (r + 1)`` cases, seeded from ``seed``, the round and the property,
-    so the check is reproducible and later rounds see new cases. The first round always runs to
-    the end, whatever the budget, so every property is tried. A failure is shrunk to a minimal
-    case and saved in ``failures_dir``.
+    ``FIRST_ROUND_EXAMPLES * (r + 1)`` cases, seeded from ``search.seed``, the round and the
+    property, so the check is reproducible and later rounds see new cases. The first round always
+    runs to the end, whatever the budget, so every property is tried. A failure is shrunk to a
+    minimal case and saved in ``search.failures_dir``; with ``search.fail_fast`` the check stops
+    there.
 
     Args:
         kernel: The kernel under test.
         properties: Property functions by name, ``(spec, kernel) -> PropertyResult``.
-        budget: Wall-clock seconds for the whole check.
-        seed: Seed of the search.
-        max_seq_len: Longest T drawn.
-        max_head_dim: Largest K and V drawn.
-        failures_dir: Where failing cases are saved.
+        search: Budget, seed, case sizes, where failures go, whether to stop at the first.
         listener: Told about progress, cases and outcomes as they happen.
-        fail_fast: Stop at the first property that fails.
 
     Raises:
-        InvalidArgument: if ``budget`` is not a positive number.
+        InvalidArgument: if the budget is not a positive number.
     """
     from linattn_verify.strategies import kernel_specs
 
+    budget = search.budget
     if not (isinstance(budget, int | float) and budget > 0 and math.isfinite(budget)):
         raise InvalidArgument(f"Got budget={budget!r}, but the budget must be a positive number.")
     listener = listener or CheckListener()
     started = time.perf_counter()
     outcomes = {name: PropertyOutcome(property=name) for name in properties}
-    strategy = kernel_specs(kernel, max_seq_len=max_seq_len, max_head_dim=max_head_dim)
+    strategy = kernel_specs(
+        kernel, max_seq_len=search.max_seq_len, max_head_dim=search.max_head_dim
+    )
     stop = False
     round_ = 0
     while not stop:
@@ -175,10 +190,10 @@ def check_kernel(
                 properties[name],
                 kernel,
                 strategy,
-                seed=seed * 1_000_003 + round_ * 1009 + index,
+                seed=search.seed * 1_000_003 + round_ * 1009 + index,
                 examples=examples,
                 outcome=outcome,
-                failures_dir=failures_dir,
+                failures_dir=search.failures_dir,
                 started=started,
                 listener=listener,
             )
@@ -189,7 +204,7 @@ def check_kernel(
                     f"  {name:32s} FAILED after {outcome.examples} examples "
                     f"({outcome.first_failure_seconds:.1f} s into the check)"
                 )
-                if fail_fast:
+                if search.fail_fast:
                     stop = True
                     break
         else:
@@ -295,6 +310,7 @@ __all__ = [
     "CheckReport",
     "KernelTimeout",
     "PropertyOutcome",
+    "SearchSettings",
     "check_kernel",
     "load_target",
     "with_timeout",

@@ -258,9 +258,9 @@ def _add_check_parser(sub: Any) -> None:
 def _check(args: argparse.Namespace) -> int:
     import tempfile
 
-    from linattn_verify.checking import CheckListener, check_kernel
+    from linattn_verify.checking import CheckListener, SearchSettings, check_kernel
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.isolation import SearchSettings, check_isolated
+    from linattn_verify.isolation import check_isolated
     from linattn_verify.registry import registered_properties
 
     try:
@@ -307,17 +307,7 @@ def _check(args: argparse.Namespace) -> int:
     if isolate:
         report = check_isolated(source, list(properties), search, listener=Printer())
     else:
-        report = check_kernel(
-            kernel,
-            properties,
-            budget=search.budget,
-            seed=search.seed,
-            max_seq_len=search.max_seq_len,
-            max_head_dim=search.max_head_dim,
-            failures_dir=search.failures_dir,
-            listener=Printer(),
-            fail_fast=search.fail_fast,
-        )
+        report = check_kernel(kernel, properties, search, listener=Printer())
     document = {
         **report.to_json(),
         "source": source.to_json(),

@@ -16,29 +16,22 @@ import queue as queue_module
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
-from linattn_verify.checking import CheckListener, CheckReport, PropertyOutcome, check_kernel
+from linattn_verify.checking import (
+    CheckListener,
+    CheckReport,
+    PropertyOutcome,
+    SearchSettings,
+    check_kernel,
+)
 from linattn_verify.targets import KernelSource
 
 SILENCE_FACTOR = 10
 """A child silent for this many per-call timeouts (at least `MIN_SILENCE` s) is hung."""
 
 MIN_SILENCE = 120.0
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """The arguments of `check_kernel` besides the kernel, its properties and the listener."""
-
-    budget: float
-    seed: int
-    max_seq_len: int
-    max_head_dim: int
-    failures_dir: Path
-    fail_fast: bool = False
 
 
 class _QueueListener(CheckListener):
@@ -69,13 +62,8 @@ def _child(source: KernelSource, names: Sequence[str], search: SearchSettings, e
     report = check_kernel(
         kernel,
         {name: catalogue[name] for name in names},
-        budget=search.budget,
-        seed=search.seed,
-        max_seq_len=search.max_seq_len,
-        max_head_dim=search.max_head_dim,
-        failures_dir=search.failures_dir,
+        search,
         listener=_QueueListener(events),
-        fail_fast=search.fail_fast,
     )
     events.put(("done", report.seconds))
 
