@@ -38,6 +38,7 @@ from linattn_verify.oracles.exact import exact_forward, exact_oracle
 from linattn_verify.oracles.mpmath_oracle import mpmath_forward, mpmath_oracle
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.tolerance import forward_bounds
 
 DD_TARGET = 2.0**-90  # dd oracle vs mpmath, relative to M (ERROR_MODEL.md §6.4 tier 2)
 MP50_TARGET = 2.0**-150  # dps 50 carries 166 bits
@@ -506,14 +507,13 @@ def test_zero_values_and_zero_denominators_give_exact_zeros(method: str) -> None
     ],
 )
 def test_float64_reference_is_within_its_bound_of_double_double(options: dict[str, Any]) -> None:
-    tolerance = pytest.importorskip("linattn_verify.tolerance")
     from linattn_verify.recipe import PrecisionRecipe
 
     problem = make_problem(9, **{"T": 128, "K": 16, "V": 16, **options})
     recipe = PrecisionRecipe(
         form="parallel", accumulation="float64", dots_on_path=0, decay_scan="global"
     )
-    bounds = tolerance.forward_bounds(problem.to(torch.float64), recipe)
+    bounds = forward_bounds(problem.to(torch.float64), recipe)
     o64, S64 = parallel_reference(problem.to(torch.float64))
     dd = dd_forward(problem)
     exact_ish = torch.from_numpy(dd.o[0]) + torch.from_numpy(dd.o[1])

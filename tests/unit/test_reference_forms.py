@@ -19,6 +19,7 @@ from linattn_verify.oracles.parallel import State, parallel_reference
 from linattn_verify.oracles.recurrent import recurrent_reference
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.tolerance import forward_bounds
 
 F64 = torch.float64
 FEATURE_MAPS = ("identity", "elu1", "relu")
@@ -197,12 +198,11 @@ def assert_within(what: str, a: torch.Tensor, b: torch.Tensor, allowed: torch.Te
 def check_forms_agree(spec: Spec, chunk_size: int) -> None:
     """Assert the three float64 forms agree within the sum of their bounds on ``spec``."""
     __tracebackhide__ = True
-    tolerance = pytest.importorskip("linattn_verify.tolerance")
     problem = spec.problem()
     results, bounds = {}, {}
     for form in FORMS:
         results[form] = run_form(form, problem, chunk_size)
-        bounds[form] = tolerance.forward_bounds(problem, float64_recipe(form, chunk_size))
+        bounds[form] = forward_bounds(problem, float64_recipe(form, chunk_size))
     for a, b in itertools.combinations(FORMS, 2):
         (o_a, state_a), (o_b, state_b) = results[a], results[b]
         assert o_a.shape == o_b.shape == problem.v.shape
@@ -254,7 +254,6 @@ def test_float32_runs_stay_within_their_float32_bounds(spec: Spec, chunk_size: i
     # The lead uses float32 runs of the chunk and recurrent forms as sound test subjects: their
     # error against the float64 value must sit inside the bound of a float32 recipe (IEEE adds,
     # correctly rounded division, eps rounded to float32 as the kernel adds it).
-    tolerance = pytest.importorskip("linattn_verify.tolerance")
     note(repr(spec))
     inputs = spec.build(dtype=torch.float32)
     # The fp32 computation adds eps in fp32, so the function it computes has eps = fl32(eps).
@@ -271,7 +270,7 @@ def test_float32_runs_stay_within_their_float32_bounds(spec: Spec, chunk_size: i
         )
         o32, state32 = run_form(form, problem32, chunk_size)
         assert o32.dtype == torch.float32
-        bounds = tolerance.forward_bounds(problem32, recipe)
+        bounds = forward_bounds(problem32, recipe)
         exact = bounds.tensors["o"].reference
         assert_within(f"float32 {form} o", o32.double(), exact, bounds.o)
         ref = bounds.tensors["final_state"].reference
