@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -541,17 +540,9 @@ def _run(args: argparse.Namespace) -> int:
         f"{f' over {args.workers} worker processes' if args.workers > 1 else ''}; "
         f"writing {writer.lines_path}"
     )
-    records: list[dict[str, Any]] = []
-
-    def emit(record: dict[str, Any]) -> None:
-        records.append(record)
-        writer.add_case(record)
-
-    _run_groups(groups, settings, args.workers, emit)
-    summary = _summarize(records, env, args)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    _run_groups(groups, settings, args.workers, writer.add_case)
     document = writer.finish()
-    print(_table(summary))
+    print(_table(document))
     for failure in document["failures"]:
         print(f"\nFAILED {failure['kernel']}: {failure['message']}")
         if failure["replay"]:
@@ -609,47 +600,36 @@ def _run_groups(
                 emit(record)
 
 
-def _summarize(
-    records: list[dict[str, Any]], env: dict[str, str], args: argparse.Namespace
-) -> dict[str, Any]:
-    import statistics
+def _table(document: dict[str, Any]) -> str:
+    """The terminal summary of a run document.
 
-    groups: dict[str, dict[str, Any]] = {}
-    for r in records:
-        key = f"{r['kernel']}/{r.get('dtype', '?')}"
-        g = groups.setdefault(
-            key, {"cases": 0, "passed": 0, "worst_r": 0.0, "worst_tensor": "", "rho": []}
-        )
-        g["cases"] += 1
-        g["passed"] += int(r["ok"])
-        if r.get("worst_r", 0.0) >= g["worst_r"]:
-            g["worst_r"], g["worst_tensor"] = r.get("worst_r", 0.0), r.get("worst_tensor", "")
-        g["rho"] += [t["max_rho"] for t in r.get("tensors", {}).values()]
-    for g in groups.values():
-        rho = g.pop("rho")
-        g["max_rho"] = max(rho, default=0.0)
-        g["median_rho"] = statistics.median(rho) if rho else 0.0
-    return {
-        "environment": env,
-        "arguments": _run_arguments(args),
-        "python": platform.python_version(),
-        "groups": groups,
-        "passed": sum(g["passed"] for g in groups.values()),
-        "cases": sum(g["cases"] for g in groups.values()),
-    }
-
-
-def _table(summary: dict[str, Any]) -> str:
+    Per kernel and dtype: the cases and how many passed, and the worst tensor's max r, max ρ and
+    median ρ, as the report's score distributions give them.
+    """
+    counts: dict[tuple[str, str], list[int]] = {}
+    for case in document["cases"]:
+        tally = counts.setdefault((case["kernel"], case["dtype"]), [0, 0])
+        tally[0] += 1
+        tally[1] += int(case["ok"])
+    worst: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in document["distributions"]:
+        key = (row["kernel"], row["dtype"])
+        if key not in worst or row["r"]["max"] >= worst[key]["r"]["max"]:
+            worst[key] = row
     rows = [
         f"\n{'kernel':26s} {'cases':>5s} {'passed':>6s} {'worst r':>8s} {'max rho':>9s} "
         f"{'med rho':>8s}  worst tensor"
     ]
-    for key, g in summary["groups"].items():
-        rows.append(
-            f"{key:26s} {g['cases']:5d} {g['passed']:6d} {g['worst_r']:8.3g} "
-            f"{g['max_rho']:9.3g} {g['median_rho']:8.3g}  {g['worst_tensor']}"
+    for (kernel, dtype), (cases, passed) in counts.items():
+        w = worst.get((kernel, dtype))
+        scores = (
+            f"{w['r']['max']:8.3g} {w['rho']['max']:9.3g} {w['rho']['median']:8.3g}  {w['tensor']}"
+            if w
+            else f"{'-':>8s} {'-':>9s} {'-':>8s}"
         )
-    rows.append(f"{summary['passed']} passed, {summary['cases'] - summary['passed']} failed")
+        rows.append(f"{kernel + '/' + dtype:26s} {cases:5d} {passed:6d} {scores}")
+    totals = document["totals"]
+    rows.append(f"{totals['passed']} passed, {totals['cases'] - totals['passed']} failed")
     return "\n".join(rows)
 
 

@@ -31,9 +31,9 @@ def test_run_writes_records_and_summary(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert {r["kernel"] for r in records} == {"triton/chunk", "triton/recurrent"}
     assert all(r["ok"] and r["tensors"]["o"]["max_r"] <= 2 for r in records)
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["cases"] == len(records)
-    assert summary["passed"] == len(records)
+    document = json.loads((tmp_path / "run.json").read_text())
+    assert document["totals"]["cases"] == len(records)
+    assert document["totals"]["passed"] == len(records)
 
 
 def test_run_rejects_a_kernel_glob_matching_nothing(capsys: pytest.CaptureFixture[str]) -> None:
