@@ -1,5 +1,5 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Cost of the oracles (ERROR_MODEL.md §6.1): float64, double-double and mpmath.
+"""Cost of the oracles (docs/error-model.md §6.1): float64, double-double and mpmath.
 
 Not part of the test suite. Run with ``python benchmarks/results.py`` or
 

@@ -24,16 +24,17 @@ _EXPORTS = {
     "compare": "linattn_verify.compare",
     "check_against_oracle": "linattn_verify.compare",
     "assert_linattn_close": "linattn_verify.compare",
-    "Comparison": "linattn_verify.compare",
-    "Verdict": "linattn_verify.compare",
+    "Comparison": "linattn_verify.results",
+    "PropertyResult": "linattn_verify.results",
+    "CaseRecord": "linattn_verify.results",
+    "PropertyVerdict": "linattn_verify.results",
+    "check_property": "linattn_verify.running",
     "InvalidArgument": "linattn_verify.errors",
     "PropertyViolation": "linattn_verify.errors",
 }
 
 if TYPE_CHECKING:
     from linattn_verify.compare import (
-        Comparison,
-        Verdict,
         assert_linattn_close,
         check_against_oracle,
         compare,
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from linattn_verify.errors import InvalidArgument, PropertyViolation
     from linattn_verify.oracles.api import oracle
     from linattn_verify.recipe import PrecisionRecipe
+    from linattn_verify.results import CaseRecord, Comparison, PropertyResult, PropertyVerdict
+    from linattn_verify.running import check_property
     from linattn_verify.semantics import Problem, validate_problem
     from linattn_verify.tolerance import (
         TensorBound,
@@ -62,17 +65,20 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "CaseRecord",
     "Comparison",
     "InvalidArgument",
     "PrecisionRecipe",
     "Problem",
+    "PropertyResult",
+    "PropertyVerdict",
     "PropertyViolation",
     "TensorBound",
-    "Verdict",
     "__version__",
     "assert_linattn_close",
     "backward_bounds",
     "check_against_oracle",
+    "check_property",
     "compare",
     "forward_bounds",
     "oracle",

@@ -8,9 +8,10 @@ after the others have used their share of the budget. A failure is shrunk to a m
 saved for ``linattn-verify replay``. A kernel that raises, returns the wrong thing, returns NaN
 or hangs past the per-call timeout fails a property; it never crashes the check.
 
-What happens is reported to a `CheckListener` as it happens (progress lines, each case's record,
-each property's outcome), so a caller can write results while the check runs, and the process
-isolation of `linattn_verify.isolation` can stream them out of a child process.
+What happens is reported to a `CheckListener` as it happens (progress lines, each case's
+`CaseRecord`, each property's `PropertyVerdict`), so a caller can write results while the check
+runs, and the process isolation of `linattn_verify.isolation` can stream them out of a child
+process.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.kernel import Kernel
+from linattn_verify.results import CaseRecord, PropertyVerdict
 from linattn_verify.targets import KernelTimeout, load_target, with_timeout
 
 FIRST_ROUND_EXAMPLES = 5
@@ -60,80 +62,31 @@ class CheckListener:
     def case_started(self, property: str, case: str) -> None:
         """``property`` is about to run on ``case`` (a spec's repr)."""
 
-    def case_finished(self, record: dict[str, Any]) -> None:
-        """One property ran on one case: its `linattn_verify._runner.case_record`."""
+    def case_finished(self, record: CaseRecord) -> None:
+        """One property ran on one case."""
 
-    def outcome(self, outcome: PropertyOutcome) -> None:
-        """A property's outcome so far (after each of its searches)."""
-
-
-@dataclass
-class PropertyOutcome:
-    """What the search found for one property.
-
-    Attributes:
-        property: The property's name.
-        ok: Whether it held on every example tried.
-        examples: Cases tried (shrinking included).
-        seconds: Time spent searching it.
-        message: The failure report (property, case, worst element, bound, replay command).
-        failure_file: The saved minimal failing case, for ``linattn-verify replay``.
-        first_failure_seconds: Seconds from the start of the check to the first failing example.
-        skipped: Cases on which the property did not apply.
-        not_run: Never searched: the check stopped at an earlier failure (``fail_fast``).
-    """
-
-    property: str
-    ok: bool = True
-    examples: int = 0
-    seconds: float = 0.0
-    message: str = ""
-    failure_file: str | None = None
-    first_failure_seconds: float | None = None
-    skipped: int = 0
-    not_run: bool = False
-
-    def status(self) -> str:
-        """``FAILED``, ``held``, ``n/a`` (never applied) or ``not run``."""
-        if not self.ok:
-            return "FAILED"
-        if self.not_run:
-            return "not run"
-        return "n/a" if self.skipped == self.examples else "held"
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (with ``status``)."""
-        return {**self.__dict__, "seconds": round(self.seconds, 3), "status": self.status()}
+    def verdict(self, verdict: PropertyVerdict) -> None:
+        """A property's verdict so far (after each of its searches)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckReport:
-    """The outcome of `check_kernel`."""
+    """The outcome of `check_kernel`: one verdict per property, in catalogue order."""
 
     kernel: str
-    outcomes: list[PropertyOutcome] = field(default_factory=list)
+    verdicts: tuple[PropertyVerdict, ...] = ()
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
         """Whether every property held on every example tried."""
-        return all(o.ok for o in self.outcomes)
+        return all(v.ok for v in self.verdicts)
 
     @property
     def first_failure_seconds(self) -> float | None:
         """Seconds to the first failing example of any property (`None` if none failed)."""
-        times = [o.first_failure_seconds for o in self.outcomes if o.first_failure_seconds]
+        times = [v.first_failure_seconds for v in self.verdicts if v.first_failure_seconds]
         return min(times, default=None)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return {
-            "kernel": self.kernel,
-            "ok": self.ok,
-            "seconds": round(self.seconds, 3),
-            "first_failure_seconds": self.first_failure_seconds,
-            "properties": [o.to_json() for o in self.outcomes],
-        }
 
 
 def check_kernel(
@@ -168,14 +121,14 @@ def check_kernel(
         raise InvalidArgument(f"Got budget={budget!r}, but the budget must be a positive number.")
     listener = listener or CheckListener()
     started = time.perf_counter()
-    outcomes = {name: PropertyOutcome(property=name) for name in properties}
+    verdicts = {name: PropertyVerdict(kernel.name, name, "held") for name in properties}
     strategy = kernel_specs(
         kernel, max_seq_len=search.max_seq_len, max_head_dim=search.max_head_dim
     )
     stop = False
     round_ = 0
     while not stop:
-        pending = [name for name, outcome in outcomes.items() if outcome.ok]
+        pending = [name for name, verdict in verdicts.items() if verdict.ok]
         if not pending:
             break
         examples = FIRST_ROUND_EXAMPLES * (round_ + 1)
@@ -183,50 +136,48 @@ def check_kernel(
             if round_ > 0 and time.perf_counter() - started >= budget:
                 stop = True
                 break
-            outcome = outcomes[name]
             search_started = time.perf_counter()
-            index = list(outcomes).index(name)
-            _search(
+            index = list(verdicts).index(name)
+            verdict = _search(
                 properties[name],
                 kernel,
                 strategy,
                 seed=search.seed * 1_000_003 + round_ * 1009 + index,
                 examples=examples,
-                outcome=outcome,
+                verdict=verdicts[name],
                 failures_dir=search.failures_dir,
                 started=started,
                 listener=listener,
             )
-            outcome.seconds += time.perf_counter() - search_started
-            listener.outcome(outcome)
-            if not outcome.ok:
+            verdict = replace(
+                verdict, seconds=round(verdict.seconds + time.perf_counter() - search_started, 3)
+            )
+            verdicts[name] = verdict
+            listener.verdict(verdict)
+            if not verdict.ok:
                 listener.progress(
-                    f"  {name:32s} FAILED after {outcome.examples} examples "
-                    f"({outcome.first_failure_seconds:.1f} s into the check)"
+                    f"  {name:32s} FAILED after {verdict.examples} examples "
+                    f"({verdict.first_failure_seconds:.1f} s into the check)"
                 )
                 if search.fail_fast:
                     stop = True
                     break
         else:
             elapsed = time.perf_counter() - started
-            held = sum(o.ok for o in outcomes.values())
+            held = sum(v.ok for v in verdicts.values())
             listener.progress(
-                f"  round {round_ + 1}: {examples} examples per property, {held}/{len(outcomes)} "
+                f"  round {round_ + 1}: {examples} examples per property, {held}/{len(verdicts)} "
                 f"holding, {elapsed:.1f} s"
             )
             stop = elapsed >= budget
         round_ += 1
-    for outcome in outcomes.values():
-        outcome.not_run = outcome.ok and outcome.examples == 0
+    settled = tuple(v.settled() for v in verdicts.values())
+    for verdict in settled:
         listener.progress(
-            f"  {outcome.property:32s} {outcome.status():7s} {outcome.examples:4d} examples "
-            f"{outcome.seconds:6.1f} s"
+            f"  {verdict.property:32s} {verdict.status:14s} {verdict.examples:4d} examples "
+            f"{verdict.seconds:6.1f} s"
         )
-    return CheckReport(
-        kernel=kernel.name,
-        outcomes=list(outcomes.values()),
-        seconds=time.perf_counter() - started,
-    )
+    return CheckReport(kernel=kernel.name, verdicts=settled, seconds=time.perf_counter() - started)
 
 
 def _search(
@@ -236,17 +187,19 @@ def _search(
     *,
     seed: int,
     examples: int,
-    outcome: PropertyOutcome,
+    verdict: PropertyVerdict,
     failures_dir: Path,
     started: float,
     listener: CheckListener,
-) -> None:
-    """One Hypothesis search of ``examples`` cases; records a (shrunk) failure in ``outcome``."""
+) -> PropertyVerdict:
+    """One Hypothesis search of ``examples`` cases; return ``verdict`` with what it found."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
-    from linattn_verify._runner import case_record
-    from linattn_verify.failures import check as run_check
+    from linattn_verify.running import check_property, record_of
+
+    tally = {"examples": 0, "not_applicable": 0}
+    first_failure: list[float] = []
 
     @hypothesis_seed(seed)
     @settings(
@@ -259,34 +212,50 @@ def _search(
     )
     @given(spec=strategy)
     def search(spec: Any) -> None:
-        outcome.examples += 1
-        listener.case_started(outcome.property, repr(spec))
+        tally["examples"] += 1
+        listener.case_started(verdict.property, repr(spec))
         case_started = time.perf_counter()
         try:
-            result = run_check(prop, spec, kernel, directory=failures_dir)
+            result = check_property(prop, spec, kernel, directory=failures_dir)
         except PropertyViolation as exc:
-            if outcome.first_failure_seconds is None:
-                outcome.first_failure_seconds = round(time.perf_counter() - started, 3)
+            first_failure.append(round(time.perf_counter() - started, 3))
             if exc.result is not None:
-                record = case_record(kernel, spec, exc.result, time.perf_counter() - case_started)
-                listener.case_finished({**record, "failure_file": exc.failure_file})
+                seconds = time.perf_counter() - case_started
+                listener.case_finished(
+                    record_of(kernel, spec, exc.result, seconds, exc.failure_file)
+                )
             raise
-        outcome.skipped += int(result.skipped is not None)
-        seconds = time.perf_counter() - case_started
-        listener.case_finished(case_record(kernel, spec, result, seconds))
+        tally["not_applicable"] += int(result.status == "not_applicable")
+        listener.case_finished(record_of(kernel, spec, result, time.perf_counter() - case_started))
 
+    failure: PropertyViolation | None = None
+    note = ""
     try:
         search()
     except PropertyViolation as exc:
         # Hypothesis re-raises the shrunk example's violation: that is the minimal case.
-        _record_failure(outcome, exc)
+        failure = exc
     except Exception as exc:
         # Hypothesis raises an exception group (FlakyFailure) when a failing example passed on
         # a rerun: a nondeterministic kernel. The violations inside still fail the property.
-        violation = _first_violation(exc)
-        if violation is None:
+        failure = _first_violation(exc)
+        if failure is None:
             raise
-        _record_failure(outcome, violation, note=f"Hypothesis: {exc}")
+        note = f"\nHypothesis: {exc}"
+    verdict = replace(
+        verdict,
+        examples=verdict.examples + tally["examples"],
+        not_applicable=verdict.not_applicable + tally["not_applicable"],
+    )
+    if failure is None:
+        return verdict
+    return replace(
+        verdict,
+        status="failed",
+        message=f"{failure}{note}",
+        failure_file=failure.failure_file,
+        first_failure_seconds=verdict.first_failure_seconds or first_failure[0],
+    )
 
 
 def _first_violation(exc: BaseException) -> PropertyViolation | None:
@@ -299,17 +268,10 @@ def _first_violation(exc: BaseException) -> PropertyViolation | None:
     return None
 
 
-def _record_failure(outcome: PropertyOutcome, exc: BaseException, *, note: str = "") -> None:
-    outcome.ok = False
-    outcome.message = f"{exc}\n{note}" if note else str(exc)
-    outcome.failure_file = getattr(exc, "failure_file", None)
-
-
 __all__ = [
     "CheckListener",
     "CheckReport",
     "KernelTimeout",
-    "PropertyOutcome",
     "SearchSettings",
     "check_kernel",
     "load_target",

@@ -1,16 +1,16 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Save failing cases, load them back, and replay them; `check`, the helper tests call.
+"""Save failing cases, load them back, and replay them.
 
 A failure is two files side by side in a failures directory:
 
 * ``<property>-<kernel>.json``: the property and kernel names, the `ProblemSpec` fields, the
-  result's message and scores, a one-line repro and the package versions;
+  result (status, comparisons, reason), a one-line repro and the package versions;
 * ``<property>-<kernel>.pt``: the built input tensors, so the exact inputs survive a change of
   the value generator.
 
 Inside a Hypothesis test every failing example overwrites the same pair, and Hypothesis replays
-the shrunk example last, so what remains is the minimal case. ``linattn-verify replay FILE``
-re-runs it.
+the shrunk example last, so what remains is the minimal case (`linattn_verify.running.
+check_property` saves them). ``linattn-verify replay FILE`` re-runs it.
 
 This module imports torch only inside the functions that need it: the pytest plugin imports it
 to set the directory, and the plugin must not import torch.
@@ -18,23 +18,20 @@ to set the directory, and the plugin must not import torch.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import math
 import os
 import pickle
-import platform
 import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from linattn_verify.errors import InvalidArgument, PropertyViolation
-from linattn_verify.verdict import PropertyResult
+from linattn_verify._device import versions
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.results import PropertyResult
 
 if TYPE_CHECKING:
     import torch
@@ -43,13 +40,13 @@ if TYPE_CHECKING:
     from linattn_verify.semantics import Problem
     from linattn_verify.strategies import ProblemSpec
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Version of the saved JSON document; bumped when its fields change meaning."""
 
 DEFAULT_DIRECTORY = ".linattn-failures"
-"""Where `check` saves failures when neither its argument nor the plugin names a directory."""
+"""Where failures are saved when neither the caller nor the plugin names a directory."""
 
-PropertyFn = Callable[["ProblemSpec", "Kernel"], PropertyResult]
+PropertyFn = Callable[..., PropertyResult]
 """A property: a pure function of a case and a kernel."""
 
 _directory: Path | None = None
@@ -60,7 +57,7 @@ class ReplayMismatchWarning(UserWarning):
 
 
 def set_failures_directory(directory: str | os.PathLike[str] | None) -> None:
-    """Set where `check` saves failures (`None` restores `DEFAULT_DIRECTORY`).
+    """Set where failures are saved (`None` restores `DEFAULT_DIRECTORY`).
 
     The pytest plugin calls this with ``--linattn-failures``.
     """
@@ -71,28 +68,13 @@ def set_failures_directory(directory: str | os.PathLike[str] | None) -> None:
 
 
 def failures_directory() -> Path:
-    """Return where `check` saves failures by default."""
+    """Return where failures are saved by default."""
     return Path(DEFAULT_DIRECTORY) if _directory is None else _directory
 
 
 def _safe(name: str) -> str:
     """Make ``name`` usable in a file name: ``triton/chunk`` -> ``triton_chunk``."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
-
-
-def _versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for package in ("linattn-verify", "torch", "triton", "hypothesis"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    return found
-
-
-def _score(value: float) -> float | str:
-    # JSON has no inf/NaN; keep them readable and let float() parse them back.
-    return float(value) if math.isfinite(value) else str(float(value))
 
 
 def _problem_tensors(problem: Problem) -> dict[str, torch.Tensor]:
@@ -120,7 +102,7 @@ def save_failure(
     """Save a failing case as ``<directory>/<property>-<kernel>.json`` plus the same ``.pt``.
 
     Args:
-        result: The property's result (its name, message and scores are saved).
+        result: The property's result (saved whole).
         spec: The case; its fields are saved and its built inputs go to the ``.pt`` file.
         kernel_name: The kernel's registered name (``/`` and other unsafe characters become
             ``_`` in the file name; the JSON keeps the name as given).
@@ -155,13 +137,10 @@ def save_failure(
         "property": result.property,
         "kernel": kernel_name,
         "spec": dataclasses.asdict(spec),
-        "case": result.case,
-        "message": result.message,
-        "scores": {name: _score(value) for name, value in result.scores.items()},
-        "worst_index": None if result.worst_index is None else list(result.worst_index),
+        "result": result.to_json(),
         "repro": spec.repro(),
         "replay": f"linattn-verify replay {path}",
-        "versions": _versions(),
+        "versions": versions(),
         "kernel_source": None if kernel_source is None else dict(kernel_source),
     }
     _atomic_write(path, lambda p: p.write_text(json.dumps(document, indent=2) + "\n"))
@@ -177,8 +156,7 @@ class SavedFailure:
         property: The property's name.
         kernel: The kernel's name.
         spec: The case.
-        message: The failure message at save time.
-        scores: The scores at save time.
+        result: The property's result at save time.
         versions: Package versions at save time.
         inputs: The saved input tensors by name (``q``, ``k``, ``v``, and ``g``,
             ``initial_state``, ``initial_key_sum``, ``cu_seqlens`` where present).
@@ -189,8 +167,7 @@ class SavedFailure:
     property: str
     kernel: str
     spec: ProblemSpec
-    message: str
-    scores: Mapping[str, float] = field(default_factory=dict)
+    result: PropertyResult
     versions: Mapping[str, str] = field(default_factory=dict)
     inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
     kernel_source: Mapping[str, Any] | None = None
@@ -202,6 +179,7 @@ class SavedFailure:
         t, s = self.inputs, self.spec
         h0: Any = t.get("initial_state")
         if h0 is not None and s.normalize:
+            # The calling convention's state argument (see `Problem.state_arg`).
             h0 = (h0, t["initial_key_sum"])
         return validate_problem(
             t["q"],
@@ -255,8 +233,7 @@ def load_failure(path: str | os.PathLike[str]) -> SavedFailure:
             property=str(document["property"]),
             kernel=str(document["kernel"]),
             spec=spec,
-            message=str(document.get("message", "")),
-            scores={name: float(v) for name, v in document.get("scores", {}).items()},
+            result=PropertyResult.from_json(document["result"]),
             versions=dict(document.get("versions", {})),
             inputs=dict(inputs),
             kernel_source=document.get("kernel_source"),
@@ -335,80 +312,8 @@ def replay(
             "replay did not run on the saved inputs (load_failure(path).problem() has them)."
         )
         warnings.warn(note, ReplayMismatchWarning, stacklevel=2)
-        result = dataclasses.replace(result, message=f"{result.message}\nWarning: {note}")
+        result = dataclasses.replace(result, notes=(*result.notes, f"Warning: {note}"))
     return result
-
-
-def _target(result: PropertyResult) -> None:
-    """Steer Hypothesis toward this property's worst score."""
-    from hypothesis import target
-    from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
-
-    finite = [float(v) for v in result.scores.values() if math.isfinite(v)]
-    if not finite:
-        return
-    # A second check of the same property and kernel in one example reuses the label, which
-    # Hypothesis forbids; the first observation is enough to steer by.
-    with contextlib.suppress(HypothesisInvalidArgument):
-        target(max(finite), label=f"{result.property} on {result.kernel}")
-
-
-def check(
-    property_fn: PropertyFn,
-    spec: ProblemSpec,
-    kernel: Kernel,
-    *,
-    directory: str | os.PathLike[str] | None = None,
-) -> PropertyResult:
-    """Run a property on a case; target its worst score; save and raise if it failed.
-
-    Inside a Hypothesis test the worst finite score is passed to `hypothesis.target`, steering
-    the search toward it. A failure is saved with `save_failure` (each failing example
-    overwrites the last, and Hypothesis runs the shrunk example last, so the minimal case is
-    what stays on disk).
-
-    Args:
-        property_fn: The property, ``(spec, kernel) -> PropertyResult``.
-        spec: The case.
-        kernel: The kernel under test.
-        directory: Where to save a failure. Default: `None` (the plugin's
-            ``--linattn-failures``, else `DEFAULT_DIRECTORY`).
-
-    Returns:
-        The result, when the property held or was skipped.
-
-    Raises:
-        PropertyViolation: with the report, the repro and, last, the line
-            ``Replay: linattn-verify replay <path>``.
-        InvalidArgument: if ``property_fn`` does not return a `PropertyResult`.
-    """
-    __tracebackhide__ = True
-    from hypothesis.control import currently_in_test_context
-
-    if not callable(property_fn):
-        raise InvalidArgument(f"Expected a callable but got property_fn={property_fn!r}.")
-    result = property_fn(spec, kernel)
-    if not isinstance(result, PropertyResult):
-        raise InvalidArgument(
-            f"Expected property_fn={property_fn!r} to return a PropertyResult but it returned "
-            f"{type(result).__name__}."
-        )
-    if currently_in_test_context() and result.skipped is None:
-        _target(result)
-    if result.ok:
-        return result
-    path = save_failure(
-        result,
-        spec,
-        kernel.name,
-        failures_directory() if directory is None else directory,
-        kernel_source=kernel.source,
-    )
-    raise PropertyViolation(
-        f"{result.report()}\nRepro: {spec.repro()}\nReplay: linattn-verify replay {path}",
-        result=result,
-        failure_file=str(path),
-    )
 
 
 __all__ = [
@@ -417,7 +322,6 @@ __all__ = [
     "PropertyFn",
     "ReplayMismatchWarning",
     "SavedFailure",
-    "check",
     "failures_directory",
     "load_failure",
     "replay",

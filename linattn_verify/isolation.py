@@ -4,9 +4,10 @@
 On CUDA one illegal memory access poisons the process's context: every later call fails, and a
 kernel that hangs inside the driver never returns to Python, so neither an exception handler nor
 the per-call alarm can save the check. `check_isolated` runs the check in a spawned child and
-streams every event (progress, case records, outcomes) to the parent as it happens. When the
-child dies or stops talking, the property it was checking fails with the exit status and the
-case it was running, and a fresh child checks the properties still holding with the budget left.
+streams every event (progress, case records, verdicts, as JSON) to the parent as it happens.
+When the child dies or stops talking, the property it was checking fails with the exit status
+and the case it was running, and a fresh child checks the properties still holding with the
+budget left.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from typing import Any
 from linattn_verify.checking import (
     CheckListener,
     CheckReport,
-    PropertyOutcome,
     SearchSettings,
     check_kernel,
 )
+from linattn_verify.results import CaseRecord, PropertyVerdict
 from linattn_verify.targets import KernelSource
 
 SILENCE_FACTOR = 10
@@ -46,11 +47,11 @@ class _QueueListener(CheckListener):
     def case_started(self, property: str, case: str) -> None:
         self.events.put(("case_started", (property, case)))
 
-    def case_finished(self, record: dict[str, Any]) -> None:
-        self.events.put(("case_finished", record))
+    def case_finished(self, record: CaseRecord) -> None:
+        self.events.put(("case_finished", record.to_json()))
 
-    def outcome(self, outcome: PropertyOutcome) -> None:
-        self.events.put(("outcome", dict(outcome.__dict__)))
+    def verdict(self, verdict: PropertyVerdict) -> None:
+        self.events.put(("verdict", verdict.to_json()))
 
 
 def _child(source: KernelSource, names: Sequence[str], search: SearchSettings, events: Any) -> None:
@@ -88,12 +89,13 @@ def check_isolated(
 ) -> CheckReport:
     """Check ``source``'s kernel against the properties ``names`` in child processes.
 
-    Returns the same report as `check_kernel` would, plus a failed outcome for every property
+    Returns the same report as `check_kernel` would, plus a failed verdict for every property
     during which a child crashed or hung (its message names the exit status and the case).
     """
     listener = listener or CheckListener()
     context = multiprocessing.get_context("spawn")
-    outcomes = {name: PropertyOutcome(property=name) for name in names}
+    kernel = source.target
+    verdicts = {name: PropertyVerdict(kernel, name, "held") for name in names}
     started = time.perf_counter()
     silence = max(MIN_SILENCE, SILENCE_FACTOR * source.timeout)
     remaining = list(names)
@@ -106,9 +108,9 @@ def check_isolated(
             daemon=True,
         )
         child.start()
-        # Outcomes from a child are cumulative over its own life: add them to what earlier
+        # Verdicts from a child are cumulative over its own life: add them to what earlier
         # children found, with its times shifted to the start of the whole check.
-        base, offset = dict(outcomes), time.perf_counter() - started
+        base, offset = dict(verdicts), time.perf_counter() - started
         current: tuple[str, str] | None = None
         finished, last_heard = False, time.perf_counter()
         while not finished:
@@ -126,11 +128,11 @@ def check_isolated(
                 current = payload
                 listener.case_started(*payload)
             elif kind == "case_finished":
-                listener.case_finished(payload)
-            elif kind == "outcome":
-                outcome = PropertyOutcome(**payload)
-                outcomes[outcome.property] = _merge(base[outcome.property], outcome, offset)
-                listener.outcome(outcomes[outcome.property])
+                listener.case_finished(CaseRecord.from_json(payload))
+            elif kind == "verdict":
+                verdict = PropertyVerdict.from_json(payload)
+                verdicts[verdict.property] = _merge(base[verdict.property], verdict, offset)
+                listener.verdict(verdicts[verdict.property])
             elif kind == "done":
                 finished = True
         if child.is_alive():
@@ -140,43 +142,43 @@ def check_isolated(
             break
         crashed = current[0] if current else remaining[0]
         case = current[1] if current else "(before the first case)"
-        outcome = outcomes[crashed]
-        outcome.ok = False
-        outcome.first_failure_seconds = round(time.perf_counter() - started, 3)
-        outcome.message = (
-            f"{crashed} FAILED for {source.target}: the process checking it "
-            f"{_describe_exit(child.exitcode)} while running the kernel on\n  {case}\n"
-            "(the check went on in a fresh process)"
+        verdicts[crashed] = replace(
+            verdicts[crashed],
+            status="failed",
+            first_failure_seconds=round(time.perf_counter() - started, 3),
+            message=(
+                f"{crashed} FAILED for {source.target}: the process checking it "
+                f"{_describe_exit(child.exitcode)} while running the kernel on\n  {case}\n"
+                "(the check went on in a fresh process)"
+            ),
         )
         listener.progress(f"  {crashed:32s} FAILED: its process {_describe_exit(child.exitcode)}")
-        listener.outcome(outcome)
+        listener.verdict(verdicts[crashed])
         if search.fail_fast:
             break
-        remaining = [name for name in remaining if outcomes[name].ok]
+        remaining = [name for name in remaining if verdicts[name].ok]
         if time.perf_counter() - started >= search.budget:
             break
-    for outcome in outcomes.values():
-        outcome.not_run = outcome.ok and outcome.examples == 0
     return CheckReport(
-        kernel=source.target,
-        outcomes=list(outcomes.values()),
+        kernel=kernel,
+        verdicts=tuple(v.settled() for v in verdicts.values()),
         seconds=time.perf_counter() - started,
     )
 
 
-def _merge(before: PropertyOutcome, now: PropertyOutcome, offset: float) -> PropertyOutcome:
-    """Add a child's outcome to what earlier children found for the same property."""
-    if now.first_failure_seconds is not None:
-        now = replace(now, first_failure_seconds=round(now.first_failure_seconds + offset, 3))
+def _merge(before: PropertyVerdict, now: PropertyVerdict, offset: float) -> PropertyVerdict:
+    """Add a child's verdict to what earlier children found for the same property."""
+    first = now.first_failure_seconds
     return replace(
         now,
-        ok=before.ok and now.ok,
+        status="failed" if not (before.ok and now.ok) else now.status,
         examples=before.examples + now.examples,
-        seconds=before.seconds + now.seconds,
-        skipped=before.skipped + now.skipped,
+        seconds=round(before.seconds + now.seconds, 3),
+        not_applicable=before.not_applicable + now.not_applicable,
         message=before.message or now.message,
         failure_file=before.failure_file or now.failure_file,
-        first_failure_seconds=before.first_failure_seconds or now.first_failure_seconds,
+        first_failure_seconds=before.first_failure_seconds
+        or (None if first is None else round(first + offset, 3)),
     )
 
 

@@ -1,7 +1,7 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """A kernel under test: a callable in the calling convention plus what it declares about itself.
 
-The calling convention (DESIGN.md §4, flash-linear-attention's):
+The calling convention (docs/design.md §4, flash-linear-attention's):
 
     o, final_state = fn(q, k, v, g=None, *, scale=None, initial_state=None,
                         output_final_state=False, cu_seqlens=None)
@@ -24,7 +24,7 @@ import torch
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
-from linattn_verify.typing import FeatureMap, Form
+from linattn_verify.typing import KERNEL_DTYPES, FeatureMap, Form, dtype_name
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 
@@ -63,7 +63,7 @@ class Capabilities:
     varlen: bool = False
     initial_state: bool = True
     final_state: bool = True
-    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    dtypes: tuple[str, ...] = KERNEL_DTYPES
     max_head_dim: int = 256
     min_head_dim: int = 1
     even_head_dims: tuple[str, ...] = ()
@@ -144,8 +144,16 @@ class Kernel:
         return replace(problem, g=g.to(device=problem.q.device))
 
     def precision_recipe(self, dtype: torch.dtype) -> PrecisionRecipe:
-        """Return the recipe for inputs of ``dtype``."""
-        return self.recipe if isinstance(self.recipe, PrecisionRecipe) else self.recipe(dtype)
+        """Return the recipe for inputs of ``dtype``.
+
+        A ``chunk_size=`` call option (`with_options`) overrides the declared recipe's chunk
+        size: the rounding counts of the chunked form depend on the C the kernel runs with.
+        """
+        recipe = self.recipe if isinstance(self.recipe, PrecisionRecipe) else self.recipe(dtype)
+        chunk_size = self.options.get("chunk_size")
+        if isinstance(chunk_size, int) and not isinstance(chunk_size, bool):
+            recipe = replace(recipe, chunk_size=chunk_size)
+        return recipe
 
     def with_options(self, name: str, **options: Any) -> Kernel:
         """Return this kernel with extra call keywords, under a new name."""
@@ -155,7 +163,7 @@ class Kernel:
         """Return why ``problem`` is outside this kernel's capabilities, or `None`."""
         cap = self.capabilities
         _, _, _, K, V = problem.shape
-        dtype = str(problem.q.dtype).replace("torch.", "")
+        dtype = dtype_name(problem.q.dtype)
         checks = [
             (dtype in cap.dtypes, f"dtype {dtype} not in {cap.dtypes}"),
             (problem.normalize in cap.normalize, f"normalize={problem.normalize} unsupported"),
@@ -185,18 +193,14 @@ class Kernel:
                 return f"{self.name}: {reason}"
         return None
 
-    def call(self, problem: Problem, *, output_final_state: bool | None = None) -> tuple[Any, Any]:
+    def call(self, problem: Problem) -> tuple[Any, Any]:
         """Call the kernel on ``problem``'s tensors (as they are: no copies, no casts)."""
         cap = self.capabilities
         p = problem
         kwargs: dict[str, Any] = {"scale": p.scale, **self.options}
         if p.initial_state is not None:
-            kwargs["initial_state"] = (
-                (p.initial_state, p.initial_key_sum) if p.normalize else p.initial_state
-            )
-        kwargs["output_final_state"] = (
-            p.output_final_state if output_final_state is None else output_final_state
-        )
+            kwargs["initial_state"] = p.state_arg
+        kwargs["output_final_state"] = p.output_final_state
         if p.cu_seqlens is not None:
             kwargs["cu_seqlens"] = p.cu_seqlens.to(p.q.device)
         if cap.configurable:

@@ -10,7 +10,7 @@ Options (group ``linattn-verify``):
 
 * ``--linattn-kernels PATTERNS``: comma-separated globs over registered kernel names; the
   ``linattn_kernel`` fixture is parametrized over the kernels they match (ids: kernel names).
-* ``--linattn-failures DIR``: where `linattn_verify.failures.check` saves failing cases
+* ``--linattn-failures DIR``: where `linattn_verify.running.check_property` saves failing cases
   (relative paths are taken from the invocation directory; the default from the rootdir).
 
 Fixtures: ``linattn_kernel`` (a registered `Kernel`), ``linattn_failures_dir`` (a `Path`).
@@ -39,12 +39,13 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, Verbosity, settings
+
+from linattn_verify._device import package_version
 
 if TYPE_CHECKING:
     from linattn_verify.kernel import Kernel
@@ -249,7 +250,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("linattn_kernel", kernels, ids=[k.name for k in kernels], indirect=True)
 
 
-@pytest.fixture
+# Session-scoped: a Kernel is immutable, and Hypothesis tests (which share a function-scoped
+# fixture across all their examples) may take it.
+@pytest.fixture(scope="session")
 def linattn_kernel(request: pytest.FixtureRequest) -> Kernel:
     """Return the kernel under test: one registered kernel per test (see ``--linattn-kernels``)."""
     kernel: Kernel | None = getattr(request, "param", None)
@@ -290,20 +293,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """Show the versions, the interpreter mode and the Hypothesis profile."""
     interpret = os.environ.get("TRITON_INTERPRET", "")
     mode = "interpreter" if interpret not in ("", "0") else "compiled if CUDA is present"
     return [
-        f"linattn-verify {_version('linattn-verify')}: torch {_version('torch')}, "
-        f"triton {_version('triton')}, Triton mode: {mode}, "
+        f"linattn-verify {package_version('linattn-verify')}: torch {package_version('torch')}, "
+        f"triton {package_version('triton')}, Triton mode: {mode}, "
         f"hypothesis profile: {settings._current_profile}",
         f"linattn-verify kernels: {','.join(config.getoption('linattn_kernels'))}, "
         f"failures: {config.stash.get(_FAILURES_DIR, DEFAULT_FAILURES)}",

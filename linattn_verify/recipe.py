@@ -1,7 +1,7 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """A kernel's precision recipe: what the error bound needs to know about how it computes.
 
-ERROR_MODEL.md §7 lists the ingredients. The bound (`linattn_verify.tolerance`) turns a recipe
+docs/error-model.md §7 lists the ingredients. The bound (`linattn_verify.tolerance`) turns a recipe
 plus the problem's shapes into a per-term relative error; a recipe that claims less rounding
 than the kernel does makes correct kernels fail, one that claims more makes the bound blunter.
 """
@@ -13,6 +13,7 @@ from typing import Any, get_args
 
 import torch
 
+from linattn_verify import typing
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.typing import (
     Accumulation,
@@ -20,7 +21,6 @@ from linattn_verify.typing import (
     Division,
     DotPrecision,
     Form,
-    LowDtype,
 )
 
 UNIT_ROUNDOFF: dict[str, float] = {
@@ -29,22 +29,19 @@ UNIT_ROUNDOFF: dict[str, float] = {
     "float16": 2.0**-11,
     "bfloat16": 2.0**-8,
 }
-"""u = 2^-t for each storage format (ERROR_MODEL.md §1)."""
-
-TORCH_DTYPE_NAMES: dict[torch.dtype, LowDtype | str] = {
-    torch.float64: "float64",
-    torch.float32: "float32",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-}
+"""u = 2^-t for each storage format (docs/error-model.md §1)."""
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    """Return ``"float32"`` etc. for a torch floating dtype."""
-    try:
-        return TORCH_DTYPE_NAMES[dtype]
-    except KeyError:
-        raise InvalidArgument(f"Expected a floating dtype but got dtype={dtype}.") from None
+    """Return ``"float32"`` etc. for a torch floating dtype the harness knows.
+
+    Raises:
+        InvalidArgument: for any other dtype.
+    """
+    name = typing.dtype_name(dtype)
+    if name not in typing.DTYPE_NAMES:
+        raise InvalidArgument(f"Expected a floating dtype but got dtype={dtype}.")
+    return name
 
 
 @dataclass(frozen=True)
@@ -123,7 +120,7 @@ class PrecisionRecipe:
         """Relative error of one ``tl.dot`` operand (0 for IEEE fp32 operands).
 
         tf32 keeps 10 explicit mantissa bits; raw fp32 bits may be truncated, so 2^-10 is the
-        safe per-operand figure (ERROR_MODEL.md §1). tf32x3 drops the small*small product and
+        safe per-operand figure (docs/error-model.md §1). tf32x3 drops the small*small product and
         truncates the small parts: about 2^-21 per product, modelled as 2^-22 per operand.
         """
         return {"ieee": 0.0, "tf32": 2.0**-10, "tf32x3": 2.0**-22}[self.dot_precision]
@@ -146,12 +143,7 @@ class PrecisionRecipe:
 
     def effective_eps(self, eps: float) -> float:
         """Return eps as the kernel adds it: rounded to ``eps_dtype``."""
-        dtype = {
-            "float64": torch.float64,
-            "float32": torch.float32,
-            "float16": torch.float16,
-            "bfloat16": torch.bfloat16,
-        }[self.eps_dtype]
+        dtype = typing.torch_dtype(self.eps_dtype)
         return float(torch.tensor(eps, dtype=torch.float64).to(dtype).double())
 
     @classmethod

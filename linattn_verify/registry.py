@@ -9,6 +9,7 @@ arguments and returns a `Kernel` or an iterable of them.
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from importlib import metadata
@@ -19,8 +20,8 @@ import torch
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Capabilities, Kernel
 from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.typing import Form
-from linattn_verify.verdict import PropertyResult
+from linattn_verify.results import PropertyResult
+from linattn_verify.typing import FORMS, Form
 
 if TYPE_CHECKING:
     from linattn_verify.strategies import ProblemSpec
@@ -88,7 +89,7 @@ def reference_kernels() -> list[Kernel]:
     """Return the float32 torch reference forms (correct kernels with known recipes)."""
     from linattn_verify.reference_kernels import RECIPES, float32_reference
 
-    forms: tuple[Form, ...] = ("parallel", "chunk", "recurrent")
+    forms: tuple[Form, ...] = FORMS
     return [
         Kernel(
             name=f"torch/{form}",
@@ -145,8 +146,14 @@ def registered_properties() -> dict[str, PropertyFunction]:
     """Return the per-kernel properties offered through ``linattn_verify.properties``.
 
     Each entry point names a callable returning ``{name: property_function}``; the project's own
-    catalogue (`linattn_properties.catalogue`) is one of them.
+    catalogue (`linattn_properties.catalogue`) is one of them. The entry points are read once
+    per process; each call returns a fresh dict.
     """
+    return dict(_properties())
+
+
+@functools.cache
+def _properties() -> dict[str, PropertyFunction]:
     found: dict[str, PropertyFunction] = {}
     for entry in metadata.entry_points(group=PROPERTIES_ENTRY_POINT_GROUP):
         found.update(entry.load()())

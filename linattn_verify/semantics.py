@@ -39,7 +39,7 @@ from typing import Any, cast, get_args
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.typing import FeatureMap
+from linattn_verify.typing import FeatureMap, dtype_name
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 """Input dtypes the function is defined for."""
@@ -106,7 +106,7 @@ class Problem:
         B, T, H, K, V = self.shape
         parts = [
             f"B={B} T={T} H={H} K={K} V={V}",
-            str(self.q.dtype).replace("torch.", ""),
+            dtype_name(self.q.dtype),
             f"feature_map={self.feature_map}",
             f"scale={self.scale:.6g}",
         ]
@@ -134,19 +134,38 @@ class Problem:
         }
         return {name: t for name, t in named.items() if t is not None}
 
+    @property
+    def state_arg(self) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
+        """The initial state as the calling convention passes it: S_0, (S_0, z_0), or `None`."""
+        if self.initial_state is None:
+            return None
+        if self.normalize:
+            assert self.initial_key_sum is not None
+            return (self.initial_state, self.initial_key_sum)
+        return self.initial_state
+
+    def with_tensors(self, **changes: torch.Tensor | None) -> Problem:
+        """Return the same problem with some tensors replaced (``q=..., initial_state=...``).
+
+        The options stay as they are; only tensor fields can change, and the result is not
+        re-validated: the caller keeps shapes consistent (a changed ``cu_seqlens`` with
+        matching tensors, say).
+
+        Raises:
+            InvalidArgument: naming a field that is not a tensor of the problem.
+        """
+        tensors = {"q", "k", "v", "g", "initial_state", "initial_key_sum", "cu_seqlens"}
+        unknown = sorted(set(changes) - tensors)
+        if unknown:
+            raise InvalidArgument(
+                f"Got {unknown}, but with_tensors changes only the tensors {sorted(tensors)}."
+            )
+        return replace(self, **changes)  # type: ignore[arg-type]
+
     def with_grad_leaves(self) -> tuple[Problem, dict[str, torch.Tensor]]:
         """Return a copy whose inputs are fresh autograd leaves, and those leaves by name."""
         leaves = {n: t.detach().clone().requires_grad_(True) for n, t in self.inputs().items()}
-        problem = replace(
-            self,
-            q=leaves["q"],
-            k=leaves["k"],
-            v=leaves["v"],
-            g=leaves.get("g"),
-            initial_state=leaves.get("initial_state"),
-            initial_key_sum=leaves.get("initial_key_sum"),
-        )
-        return problem, leaves
+        return self.with_tensors(**leaves), leaves
 
     def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Problem:
         """Return the same problem with every floating tensor converted (exactly, for float64)."""

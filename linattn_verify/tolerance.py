@@ -1,5 +1,5 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Condition-aware error bounds for linear attention (ERROR_MODEL.md §2-§5).
+"""Condition-aware error bounds for linear attention (docs/error-model.md §2-§5).
 
 Every output element is a sum of product terms τ. A kernel computes Σ τ(1 + θ_τ) with
 |θ_τ| <= U_τ, where U_τ counts the roundings on τ's path (times the unit roundoff) plus the
@@ -16,7 +16,8 @@ on (t, j), so with the T x (T+1) matrix U and the weights W the bound is a pair 
 with E^φ = Δφ(Q)|K̃|^T + |Q̃|Δφ(K)^T and Δφ the absolute error of a feature. The magnitude M is the
 same expression with U replaced by 1 and no E^φ.
 
-**Rounding counts** c(t, j) in units of u_acc, per form (ERROR_MODEL.md §2.4; dec = 1 with decay):
+**Rounding counts** c(t, j) in units of u_acc, per form (docs/error-model.md §2.4; dec = 1 with
+decay):
 
     parallel   K + (t + 1) + dec                 (a K-dot, then a row of t + 1 terms)
     chunk      K + C + (1+dec)(n(t) - n(j)) + 1 + 2 dec   (n = chunk index, n(0) = -1)
@@ -26,7 +27,7 @@ same expression with U replaced by 1 and no E^φ.
 plus 2 for the scale (its rounding to fp32 and the multiply). The denominator adds 1 for eps.
 Final-state terms φ(k_jm) v_ji w_Tj carry no K-dot and no scale.
 
-**Decay weights** (ERROR_MODEL.md §4). With ε_exp(x) = (4 + 2.4|x|) u (``ex2.approx``) and
+**Decay weights** (docs/error-model.md §4). With ε_exp(x) = (4 + 2.4|x|) u (``ex2.approx``) and
 D = G_t - G_j:
 
     per_step     (t - j) 4u + 2.4u|D|                      (a product of exp(g_s))
@@ -75,7 +76,7 @@ from linattn_verify.semantics import Problem
 
 @dataclass(frozen=True)
 class Residual:
-    """The pieces of the residual test for a normalized output (ERROR_MODEL.md §2.3)."""
+    """The pieces of the residual test for a normalized output (docs/error-model.md §2.3)."""
 
     numerator: torch.Tensor  # N, exact (float64), [B, T, H, V]
     denominator: torch.Tensor  # Z (eps included), [B, T, H, 1]
@@ -96,8 +97,6 @@ class TensorBound:
         magnitude: M, the same computation on absolute values (the scale of the rounding errors).
         count: The largest rounding count c among the element's terms (for ρ/√c).
         unit: u_acc, the unit ρ is measured in.
-        single: Single-rounding error terms (casts, tf32, exp, division, output rounding), which
-            do not average out (for the strict score).
         verifiable: Elements whose forward bound is meaningful (B^Z < |Z|/2 where it applies).
         eps_influence: eps / Z per row for normalized outputs, else `None`.
         residual: The residual-test pieces for normalized outputs, else `None`.
@@ -109,7 +108,6 @@ class TensorBound:
     magnitude: torch.Tensor
     count: torch.Tensor
     unit: float
-    single: torch.Tensor
     verifiable: torch.Tensor
     eps_influence: torch.Tensor | None = None
     residual: Residual | None = None
@@ -123,6 +121,8 @@ class ForwardBounds:
     final_state: torch.Tensor | None
     final_key_sum: torch.Tensor | None
     tensors: dict[str, TensorBound] = field(default_factory=dict)
+    # The per-sequence terms `backward_bounds` builds on (so it need not recompute them).
+    pieces: list[ForwardPieces] = field(default_factory=list, repr=False)
 
 
 def _empty_like_rows(p: Problem, last: int) -> torch.Tensor:
@@ -148,7 +148,15 @@ def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, Units]
         raise InvalidArgument(
             f"Expected recipe to be a PrecisionRecipe but got {type(recipe).__name__}."
         )
-    return problem.to(torch.float64), Units.of(recipe, problem.q.dtype)
+    return as_kernel_sees(problem, recipe).to(torch.float64), Units.of(recipe, problem.q.dtype)
+
+
+def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
+    """Return ``problem`` with eps as the kernel adds it: rounded to the recipe's ``eps_dtype``.
+
+    The one place eps is rounded: the bounds (and so every comparison) judge this problem.
+    """
+    return replace(problem, eps=recipe.effective_eps(problem.eps))
 
 
 def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
@@ -164,13 +172,6 @@ def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
         ``[N, H, K, V]``, ``final_key_sum`` ``[N, H, K]``), and in ``tensors`` the full
         `TensorBound` of each (reference values, magnitudes, counts, residual pieces).
     """
-    bounds, _ = _forward(problem, recipe)
-    return bounds
-
-
-def _forward(
-    problem: Problem, recipe: PrecisionRecipe
-) -> tuple[ForwardBounds, list[ForwardPieces]]:
     p, units = _prepare(problem, recipe)
     per_seq: list[dict[str, torch.Tensor]] = []
     pieces: list[ForwardPieces] = []
@@ -210,7 +211,6 @@ def _forward(
         magnitude=rows("M_o", V),
         count=count_o.expand_as(o_ref),
         unit=units.acc,
-        single=rows("single_o", V),
         verifiable=verifiable,
         eps_influence=eps_influence,
         residual=residual,
@@ -226,7 +226,6 @@ def _forward(
             magnitude=M_S,
             count=count_S.expand_as(S_ref),
             unit=units.acc,
-            single=units.per_term * M_S,
             verifiable=torch.ones_like(S_ref, dtype=torch.bool),
         )
         final_state = B_S
@@ -239,13 +238,12 @@ def _forward(
                 magnitude=M_z,
                 count=count_S.expand_as(z_ref),
                 unit=units.acc,
-                single=units.per_term * M_z,
                 verifiable=torch.ones_like(z_ref, dtype=torch.bool),
             )
             final_key_sum = B_z
     return ForwardBounds(
-        o=B_o, final_state=final_state, final_key_sum=final_key_sum, tensors=tensors
-    ), pieces
+        o=B_o, final_state=final_state, final_key_sum=final_key_sum, tensors=tensors, pieces=pieces
+    )
 
 
 GRADIENT_NAMES = ("q", "k", "v", "g", "initial_state", "initial_key_sum")
@@ -325,6 +323,7 @@ def backward_bounds(
     *,
     do: torch.Tensor,
     d_final_state: object = None,
+    forward: ForwardBounds | None = None,
 ) -> dict[str, TensorBound]:
     """Compute the exact gradients and their error bounds for a kernel following ``recipe``.
 
@@ -334,6 +333,8 @@ def backward_bounds(
         do: Cotangent of the output ``[B, T, H, V]``.
         d_final_state: Cotangent of the final state: `None`, dS_T ``[N, H, K, V]``, or for
             normalized problems the pair ``(dS_T, dz_T)`` (either may be `None`). Default: `None`.
+        forward: ``forward_bounds(problem, recipe)`` when the caller has it already (its terms
+            are reused, not recomputed). Default: `None`.
 
     Returns:
         A `TensorBound` per gradient, keyed by `GRADIENT_NAMES` (only the inputs that exist).
@@ -341,9 +342,9 @@ def backward_bounds(
     if not isinstance(do, torch.Tensor) or tuple(do.shape) != tuple(problem.v.shape):
         got = tuple(do.shape) if isinstance(do, torch.Tensor) else type(do).__name__
         raise InvalidArgument(f"Expected do of shape {tuple(problem.v.shape)} but got {got}.")
-    _, pieces = _forward(problem, recipe)
+    pieces = (forward or forward_bounds(problem, recipe)).pieces
     p, units = _prepare(problem, recipe)
-    refs = reference_gradients(problem, do, d_final_state)
+    refs = reference_gradients(as_kernel_sees(problem, recipe), do, d_final_state)
     dS, dz = _split_final_cotangent(d_final_state, p)
     do64 = do.to(torch.float64)
     H, K, V = p.q.shape[2], p.q.shape[3], p.v.shape[-1]
@@ -391,7 +392,7 @@ def backward_bounds(
         out_units = Units.of(recipe, dtype)
         tiny = out_units.out_abs + units.underflow * count * (p.q.shape[1] + 1) * (K + V)
         B = B + out_unit * ref.abs() + tiny
-        # Where the float64 reference itself left the float64 range (ERROR_MODEL.md §6.3) it
+        # Where the float64 reference itself left the float64 range (docs/error-model.md §6.3) it
         # certifies nothing: count the element as unverifiable rather than skip it silently.
         bad = bad | ~torch.isfinite(ref)
         result[name] = TensorBound(
@@ -401,7 +402,6 @@ def backward_bounds(
             magnitude=M,
             count=count.expand_as(ref),
             unit=units.acc,
-            single=units.per_term * M + out_unit * ref.abs(),
             verifiable=~bad,
         )
     return result
@@ -412,6 +412,7 @@ __all__ = [
     "ForwardBounds",
     "Residual",
     "TensorBound",
+    "as_kernel_sees",
     "backward_bounds",
     "cotangent_loss",
     "forward_bounds",

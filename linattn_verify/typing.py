@@ -3,10 +3,22 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, get_args
+
+if TYPE_CHECKING:
+    import torch
 
 Form = Literal["parallel", "chunk", "recurrent"]
 """The three algorithmic forms of causal linear attention."""
+
+FORMS: tuple[Form, ...] = get_args(Form)
+"""The forms, in report order."""
+
+DtypeName = Literal["float64", "float32", "float16", "bfloat16"]
+"""The floating dtypes the harness knows, by their torch names."""
+
+DTYPE_NAMES: tuple[DtypeName, ...] = get_args(DtypeName)
+"""Every dtype name, widest first (report order)."""
 
 FeatureMap = Literal["identity", "elu1", "relu"]
 """Feature maps φ: ``identity``; ``elu1`` = elu(x)+1 = where(x>0, x+1, exp(x)); ``relu``."""
@@ -31,13 +43,42 @@ Division = Literal["full", "rn"]
 LowDtype = Literal["float32", "float16", "bfloat16"]
 """Storage dtypes a kernel may take inputs in, or round intermediates to."""
 
+KERNEL_DTYPES: tuple[LowDtype, ...] = get_args(LowDtype)
+"""The input dtypes a kernel is checked in by default (float64 is the oracles')."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """Return the torch dtype named ``name`` (one of `DTYPE_NAMES`).
+
+    Raises:
+        KeyError: for a name outside `DTYPE_NAMES`.
+    """
+    import torch
+
+    if name not in DTYPE_NAMES:
+        raise KeyError(name)
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Return the name of a torch dtype: ``torch.float16`` -> ``"float16"``."""
+    return str(dtype).removeprefix("torch.")
+
+
 __all__ = [
+    "DTYPE_NAMES",
+    "FORMS",
+    "KERNEL_DTYPES",
     "Accumulation",
     "DecayScan",
     "Division",
     "DotPrecision",
+    "DtypeName",
     "FeatureMap",
     "Form",
     "LowDtype",
     "OracleMethod",
+    "dtype_name",
+    "torch_dtype",
 ]

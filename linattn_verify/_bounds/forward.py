@@ -98,14 +98,13 @@ def forward_sequence(
             B_N=B_N,
             B_Z=B_Z,
             eps_influence=(p.eps / torch.where(Z == 0, 1, Z.abs()))[..., 0],
-            single_o=(u.per_term * M_o + rounding * o.abs()),
         )
         Z_rows = Z
     else:
         o = N
         B_o = B_N + u.out * N.abs() + u.out_abs
         bad = torch.zeros(seq.H, L, dtype=torch.bool, device=N.device)
-        out.update(o=o, B_o=B_o, M_o=M_N, single_o=u.per_term * M_N + u.out * N.abs())
+        out.update(o=o, B_o=B_o, M_o=M_N)
         Z_rows = torch.ones_like(N[..., :1])
     out["count_o"] = (max_count[None, :, None]).expand(seq.H, L, 1)
     # Final state and key sum: terms φ(k_j) v_j w_Tj (no K-dot, no scale).

@@ -36,7 +36,7 @@ What FLA computes, read off its 0.6.0 sources:
 * ``parallel_simple_gla`` and ``parallel_retention`` take no initial state and return no final
   state (their second result is the optional attention matrix, dropped here).
 
-Precision (ERROR_MODEL.md §7): fp32 dots run IEEE under the Triton interpreter, and with
+Precision (docs/error-model.md §7): fp32 dots run IEEE under the Triton interpreter, and with
 Triton's default tf32 operands and tensor-core accumulation compiled on CUDA. For 16-bit inputs
 FLA rounds intermediates to the input dtype (``intermediate_dtype="input"``); ``casts_on_path``
 counts the roundings a single term meets on its longest path (see `_LOW_CASTS`). The bf16 and

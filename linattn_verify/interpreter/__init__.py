@@ -2,7 +2,7 @@
 """Close the Triton interpreter's gaps so third-party kernels can be verified on a CPU.
 
 Without CUDA, Triton kernels run under the interpreter (``TRITON_INTERPRET=1``), which has gaps
-that make real kernels (FLA's first) fail or return garbage (``/work/shared/INTERPRETER.md``).
+that make real kernels (FLA's first) fail or return garbage (``docs/interpreter.md``).
 Each patch closes one, in its own module:
 
 - ``autotune`` (`linattn_verify.interpreter.autotune`): multi-config ``@triton.autotune`` runs

@@ -59,7 +59,7 @@ def oracle(
     """Compute linear attention to high precision, from the inputs exactly as given.
 
     The inputs, of any float dtype, are converted exactly to float64, so the oracle sees the
-    kernel's actual rounded inputs (ERROR_MODEL.md §0.1). Each result is rounded once to
+    kernel's actual rounded inputs (docs/error-model.md §0.1). Each result is rounded once to
     float64.
 
     Methods:

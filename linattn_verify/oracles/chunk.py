@@ -2,7 +2,7 @@
 """The chunked form of the reference, in the precision of its inputs.
 
 The algorithm a chunked kernel runs, written with torch so that float64 inputs make it an
-oracle (ERROR_MODEL.md §6.4) and float32 inputs make it a faithful fp32 chunked computation. It
+oracle (docs/error-model.md §6.4) and float32 inputs make it a faithful fp32 chunked computation. It
 is differentiable in q, k, v, g and the initial state and runs wherever torch does.
 """
 

@@ -8,7 +8,7 @@ no fma), and the dd operations of Joldes, Muller & Popescu (ACM TOMS 44(2), 2017
 AccurateDWPlusDW (relative error <= 3u^2), DWTimesDW (<= 7u^2), DWTimesFP (<= 2u^2), with
 u = 2^-53. Sums of many terms use a pairwise tree that carries each partial sum as a float64
 ``s`` (combined by TwoSum) plus a float64 compensation ``c`` (the TwoSum errors and the low parts,
-added plainly); its error is about 2 u^2 ceil(log2 n)^2 Σ|x_i| (ERROR_MODEL.md §6.2).
+added plainly); its error is about 2 u^2 ceil(log2 n)^2 Σ|x_i| (docs/error-model.md §6.2).
 
 The oracle evaluates the function of `linattn_verify.semantics` from the problem's exact
 float64 inputs. The normalized problem is the unnormalized one with a column of ones appended

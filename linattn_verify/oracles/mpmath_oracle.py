@@ -4,7 +4,7 @@
 Inputs are converted once to mpf (exactly: every float64 is an mpf), dot products go through
 ``mp.fdot`` (one call, near-exact internal accumulation, one rounding), and the precision is set
 with a local ``mp.workdps`` context, so the caller's global mpmath precision is untouched.
-Two forms are implemented, and the cheaper one is used per sequence (ERROR_MODEL.md §6.1):
+Two forms are implemented, and the cheaper one is used per sequence (docs/error-model.md §6.1):
 the parallel form, O(T^2 (K + V)) mpf operations, and the recurrent form, O(T K V).
 
 The decay weights are exp(G_t - G_j). The parallel form obtains them as exp(G_t)·exp(-G_j):

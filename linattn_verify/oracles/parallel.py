@@ -1,7 +1,7 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """The parallel (masked quadratic) form of the reference, in the precision of its inputs.
 
-Fed float64 tensors it is the tier-0 oracle of ERROR_MODEL.md §6.4; it is differentiable in q,
+Fed float64 tensors it is the tier-0 oracle of docs/error-model.md §6.4; it is differentiable in q,
 k, v, g and the initial state, and runs wherever torch does (CPU or CUDA).
 """
 

@@ -2,7 +2,7 @@
 """The recurrent (token-by-token) form of the reference, in the precision of its inputs.
 
 The definition itself, S_t = a_t S_{t-1} + φ(k_t) v_t^T, evaluated step by step with every head
-of a sequence updated at once. Fed float64 tensors it is an oracle (ERROR_MODEL.md §6.4); fed
+of a sequence updated at once. Fed float64 tensors it is an oracle (docs/error-model.md §6.4); fed
 float32 tensors it is a faithful fp32 recurrent computation. It is differentiable in q, k, v, g
 and the initial state and runs wherever torch does.
 """

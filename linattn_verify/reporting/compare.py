@@ -4,8 +4,8 @@
 A regression is flagged when, for the same kernel, dtype and tensor,
 
 - max r grew by `REGRESSION_FACTOR` (10x) or more while the declared precision recipe is
-  unchanged, even if the kernel still passes (ERROR_MODEL.md §7, "track headroom"); the same for
-  max ρ. Scores below a floor (`R_FLOOR`, `RHO_FLOOR`) count as the floor, so noise in
+  unchanged, even if the kernel still passes (docs/error-model.md §7, "track headroom"); the
+  same for max ρ. Scores below a floor (`R_FLOOR`, `RHO_FLOOR`) count as the floor, so noise in
   near-exact results is not flagged. With a changed recipe the bound changed, so a jump is
   reported but not flagged;
 - or a property that held (or did not apply) in the baseline failed in the new run.
@@ -21,15 +21,18 @@ from typing import Any
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.reporting import html as html_render
 from linattn_verify.reporting import markdown as md_render
-from linattn_verify.reporting._validate import validate
+from linattn_verify.reporting._v1 import as_current
 from linattn_verify.reporting._values import format_score, score
 from linattn_verify.reporting.content import Table
+from linattn_verify.reporting.summary import verdicts_of
 
 REGRESSION_FACTOR = 10.0
 R_FLOOR = 1e-3
 """r below this counts as this (correct fp32 kernels sit near 0.03)."""
 RHO_FLOOR = 1.0
 """ρ below one effective rounding counts as one."""
+ABSENT = "absent"
+"""How the comparison names a verdict a run does not have (the property was not tried there)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,15 @@ class ScoreChange:
 
 @dataclass(frozen=True)
 class VerdictChange:
-    """A property whose verdict differs between the runs (`None`: not run there)."""
+    """A property whose verdict differs between the runs.
+
+    Attributes:
+        kernel: The kernel's name.
+        property: The property's name.
+        before: Its status in the baseline (a `PropertyVerdict` status), `None` when absent.
+        after: Its status in the new run, `None` when absent.
+        regression: Whether it fails now and did not before.
+    """
 
     kernel: str
     property: str
@@ -169,7 +180,8 @@ def compare_runs(
     """Compare a new run with a baseline and flag regressions (see the module docstring).
 
     Args:
-        before: The baseline run document (`linattn_verify.reporting.load_run`).
+        before: The baseline run document (`linattn_verify.reporting.load_run`, which reads a
+            version 1 document as version 2).
         after: The new run document.
         before_label: Name of the baseline in the output. Default: `"baseline"`.
         after_label: Name of the new run in the output. Default: `"new"`.
@@ -178,13 +190,16 @@ def compare_runs(
         The `RunComparison`.
 
     Raises:
-        InvalidArgument: if either document is not a valid run document.
+        InvalidArgument: if either document is not a valid run document (version 1 documents
+            are upgraded first).
     """
+    documents = []
     for name, document in (("before", before), ("after", after)):
         try:
-            validate(document)
+            documents.append(as_current(document))
         except InvalidArgument as exc:
             raise InvalidArgument(f"Got an invalid {name} document: {exc}") from None
+    before, after = documents
     b_max, a_max = _maxima(before), _maxima(after)
     b_recipes, a_recipes = _recipes(before), _recipes(after)
     scores = []
@@ -193,8 +208,8 @@ def compare_runs(
         changed = b_recipes.get(kernel, {}).get(dtype) != a_recipes.get(kernel, {}).get(dtype)
         both = key in b_max and key in a_max
         scores.append(_score_change(key, b_max.get(key), a_max.get(key), changed and both))
-    b_verdicts = {(v["kernel"], v["property"]): v["status"] for v in before["verdicts"]}
-    a_verdicts = {(v["kernel"], v["property"]): v["status"] for v in after["verdicts"]}
+    b_verdicts = {(v.kernel, v.property): v.status for v in verdicts_of(before)}
+    a_verdicts = {(v.kernel, v.property): v.status for v in verdicts_of(after)}
     verdicts = []
     for kernel, prop in sorted(b_verdicts.keys() | a_verdicts.keys()):
         b, a = b_verdicts.get((kernel, prop)), a_verdicts.get((kernel, prop))
@@ -276,8 +291,8 @@ def _tables(comparison: RunComparison) -> list[Table]:
             [
                 v.kernel,
                 v.property,
-                v.before or "not run",
-                v.after or "not run",
+                v.before or ABSENT,
+                v.after or ABSENT,
                 "REGRESSION" if v.regression else "",
             ]
             for v in comparison.verdicts

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linattn_verify.reporting._values import format_score
+from linattn_verify.reporting.summary import cases_of, verdicts_of
 
 PLOT_CAPTIONS = {
     "error_vs_T.png": "Worst r = err/B of each case against T, per form (columns) and dtype "
@@ -47,10 +48,12 @@ def headline(document: Mapping[str, Any]) -> str:
     """Return one line: verdict, command, case counts, duration, start time."""
     totals = document["totals"]
     verdict = "PASSED" if totals["ok"] else "FAILED"
+    undecided = f", {totals['undecided']} undecided" if totals["undecided"] else ""
     return (
         f"{verdict} · linattn-verify {document['command']} · {totals['cases']} cases: "
-        f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped, "
-        f"{totals['errors']} errors · {document['seconds']:.1f} s · started {document['started']}"
+        f"{totals['passed']} passed, {totals['failed']} failed, "
+        f"{totals['not_applicable']} not applicable{undecided}, {totals['errors']} errors · "
+        f"{document['seconds']:.1f} s · started {document['started']}"
     )
 
 
@@ -110,23 +113,23 @@ def recipes_table(document: Mapping[str, Any]) -> Table:
 
 
 def verdicts_table(document: Mapping[str, Any]) -> Table:
-    """Per kernel and property: held, failed or n/a, with the examples tried."""
+    """Per kernel and property: held, failed, not_applicable or not_run, with the examples."""
     rows, status = [], []
-    for v in document["verdicts"]:
+    for v in verdicts_of(document):
         rows.append(
             [
-                v["kernel"],
-                v["property"],
-                v["status"],
-                str(v["examples"]),
-                str(v["skipped"]),
-                f"{float(v.get('seconds') or 0.0):.1f}",
+                v.kernel,
+                v.property,
+                v.status,
+                str(v.examples),
+                str(v.not_applicable),
+                f"{v.seconds:.1f}",
             ]
         )
-        status.append("fail" if v["status"] == "failed" else "ok")
+        status.append("ok" if v.ok else "fail")
     return Table(
         "Verdicts",
-        ["kernel", "property", "verdict", "examples", "skipped", "seconds"],
+        ["kernel", "property", "verdict", "examples", "not applicable", "seconds"],
         rows,
         status=status,
     )
@@ -181,27 +184,34 @@ def distributions_table(document: Mapping[str, Any]) -> Table:
 
 
 def worst_cases_table(document: Mapping[str, Any]) -> Table:
-    """The cases with the largest worst r."""
+    """The cases with the largest deciding score, naming the tensor that decided each."""
     rows, status = [], []
-    for n, c in enumerate(document["worst_cases"], start=1):
+    for n, record in enumerate(cases_of(document, "worst_cases"), start=1):
+        worst = record.worst
+        tensor = "-" if worst is None else worst.tensor
+        if worst is not None and worst.reference != "oracle":
+            tensor += f" ({worst.reference})"
         rows.append(
             [
                 str(n),
-                str(c.get("kernel", "?")),
-                _text(c.get("property")),
-                _text(c.get("dtype")),
-                _text(c.get("T")),
-                _text(c.get("worst_tensor")),
-                format_score(c.get("worst_r")),
-                "ok" if c.get("ok") else "FAILED",
-                str(c.get("case") or c.get("spec") or ""),
+                record.kernel,
+                record.property,
+                record.dtype,
+                str(record.T),
+                tensor,
+                format_score(record.worst_score),
+                "FAILED" if not record.ok else record.status,
+                record.case,
             ]
         )
-        status.append("ok" if c.get("ok") else "fail")
+        status.append("ok" if record.ok else "fail")
     return Table(
         "Worst cases",
-        ["#", "kernel", "property", "dtype", "T", "tensor", "worst r", "result", "case"],
+        ["#", "kernel", "property", "dtype", "T", "tensor", "score", "result", "case"],
         rows,
+        note="Ranked by the deciding score of each case's worst comparison: r (or η) against "
+        "the oracle, |a - b| / (B_a + B_b) between two runs (a case fails past 2), the largest "
+        "absolute difference bit for bit (past 0).",
         status=status,
     )
 

@@ -4,7 +4,7 @@
 - ``error_vs_T.png``: each case's worst r against T, one panel per dtype (rows) and form
   (columns), with the running maximum: the headroom left under the bound as T grows.
 - ``rho_vs_T.png``: the same for ρ = err/(u·M), the error growth itself in effective roundings,
-  with a √T guide (ERROR_MODEL.md §7: ρ is about √c, and c grows with T).
+  with a √T guide (docs/error-model.md §7: ρ is about √c, and c grows with T).
 - ``histograms.png``: the distribution of each case's worst r per dtype, one curve per form.
 - ``forms.png``: parallel, chunked and recurrent side by side, per dtype and tensor.
 """
@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from linattn_verify.reporting._values import score
-from linattn_verify.reporting.summary import DTYPE_ORDER, FORM_ORDER, TENSOR_ORDER, is_skipped
+from linattn_verify.reporting.summary import TENSOR_ORDER, cases_of, oracle_comparisons
+from linattn_verify.results import CaseRecord, worst_of
+from linattn_verify.typing import DTYPE_NAMES, FORMS
 
 FORM_COLORS = {"parallel": "#1f77b4", "chunk": "#ff7f0e", "recurrent": "#2ca02c"}
 KERNEL_COLORS = ("#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -57,36 +58,28 @@ def _clamp(value: float, floor: float = R_FLOOR) -> float:
     return min(max(value, floor), CEILING)
 
 
-def _points(cases: Sequence[Mapping[str, Any]]) -> list[_Point]:
+def _points(cases: Sequence[CaseRecord]) -> list[_Point]:
+    """One point per case compared with the oracle: its worst oracle comparison's score.
+
+    Pairwise and bitwise comparisons are left out: their scores are not r = err/B.
+    """
     points = []
     for record in cases:
-        tensors = record.get("tensors")
-        T = record.get("T")
-        if is_skipped(record) or not isinstance(tensors, Mapping) or not isinstance(T, int):
-            continue
-        per_tensor: dict[str, float] = {}
-        rhos: list[float] = []
-        for name, by_name in tensors.items():
-            if not isinstance(by_name, Mapping):
-                continue
-            r = score(by_name.get("max_r"))
-            if r is not None:
-                per_tensor[str(name)] = _raw(r)
-            rho = score(by_name.get("max_rho"))
-            if rho is not None:
-                rhos.append(_raw(rho))
-        worst = score(record.get("worst_r"))
-        if worst is None or not per_tensor:
+        compared = oracle_comparisons(record)
+        worst = worst_of(compared)
+        if record.status == "not_applicable" or worst is None:
             continue
         points.append(
             _Point(
-                kernel=str(record.get("kernel", "?")),
-                form=str(record.get("form") or "unknown"),
-                dtype=str(record.get("dtype", "?")),
-                T=T,
-                r=_raw(worst),
-                rho=max(rhos, default=0.0),
-                tensors=per_tensor,
+                kernel=record.kernel,
+                form=record.form or "unknown",
+                dtype=record.dtype,
+                T=record.T,
+                r=_raw(worst.deciding),
+                rho=max(
+                    (_raw(c.scores.rho) for c in compared if c.scores.rho is not None), default=0.0
+                ),
+                tensors={c.tensor: _raw(c.scores.r) for c in compared},
             )
         )
     return points
@@ -137,8 +130,8 @@ def _grid(
 
 
 def _versus_T(points: list[_Point], *, rho: bool) -> bytes:
-    dtypes = _ordered({p.dtype for p in points}, DTYPE_ORDER)
-    forms = _ordered({p.form for p in points}, FORM_ORDER)
+    dtypes = _ordered({p.dtype for p in points}, DTYPE_NAMES)
+    forms = _ordered({p.form for p in points}, FORMS)
     kernels = sorted({p.kernel for p in points})
     colors = _kernel_colors(points)
     floor = RHO_FLOOR if rho else R_FLOOR
@@ -267,8 +260,8 @@ def _sqrt_guide(ax: Any, pairs: list[tuple[int, float]]) -> None:
 
 
 def _histograms(points: list[_Point]) -> bytes:
-    dtypes = _ordered({p.dtype for p in points}, DTYPE_ORDER)
-    forms = _ordered({p.form for p in points}, FORM_ORDER)
+    dtypes = _ordered({p.dtype for p in points}, DTYPE_NAMES)
+    forms = _ordered({p.form for p in points}, FORMS)
     figure, axes = _grid(1, len(dtypes), 2.8, 2.2)
     low = math.floor(math.log10(min(_clamp(p.r) for p in points)))
     high = math.ceil(math.log10(max(2.0, max(_clamp(p.r) for p in points)))) + 0.001
@@ -298,8 +291,8 @@ def _histograms(points: list[_Point]) -> bytes:
 
 
 def _forms(points: list[_Point]) -> bytes:
-    dtypes = _ordered({p.dtype for p in points}, DTYPE_ORDER)
-    forms = _ordered({p.form for p in points}, FORM_ORDER)
+    dtypes = _ordered({p.dtype for p in points}, DTYPE_NAMES)
+    forms = _ordered({p.form for p in points}, FORMS)
     tensors = _ordered({t for p in points for t in p.tensors}, TENSOR_ORDER)
     figure, axes = _grid(len(dtypes), 1, max(4.0, 0.45 * len(tensors) * len(forms)), 1.8)
     width = 0.8 / len(forms)
@@ -351,7 +344,7 @@ def render_plots(document: Mapping[str, Any]) -> dict[str, bytes]:
         PNG bytes by file name (``error_vs_T.png``, ``rho_vs_T.png``, ``histograms.png``,
         ``forms.png``); empty when no case was scored.
     """
-    points = _points(document.get("cases") or [])
+    points = _points(cases_of(document))
     if not points:
         return {}
     return {

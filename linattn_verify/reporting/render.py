@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.reporting._validate import validate
+from linattn_verify.reporting._v1 import as_current
 from linattn_verify.reporting.content import PLOT_CAPTIONS
 from linattn_verify.reporting.html import render_html
 from linattn_verify.reporting.markdown import render_markdown
@@ -38,7 +38,8 @@ def render_report(document: Mapping[str, Any], directory: str | os.PathLike[str]
     """Render a run document as Markdown and HTML (with plots) into ``directory``.
 
     Args:
-        document: A run document (`linattn_verify.reporting.load_run`); it is validated.
+        document: A run document (`linattn_verify.reporting.load_run`); it is validated (and a
+            version 1 document upgraded).
         directory: Where to write; created if missing.
 
     Returns:
@@ -49,7 +50,7 @@ def render_report(document: Mapping[str, Any], directory: str | os.PathLike[str]
     """
     if not isinstance(directory, str | os.PathLike):
         raise InvalidArgument(f"Expected a path but got directory={directory!r}.")
-    validate(document)
+    document = as_current(document)
     folder = Path(directory)
     plots_dir = folder / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Summarize a run's case records: verdicts, score distributions, failures, worst cases, totals.
 
-Every function here is pure: case records in (`linattn_verify._runner.case_record` dicts, as
-read back from ``results.jsonl``), JSON-ready dicts out, in a deterministic order.
+Every function here is pure: `CaseRecord` and `PropertyVerdict` objects in, read by attribute,
+JSON-ready dicts (or records) out, in a deterministic order. `cases_of` and `verdicts_of` read a
+run document's records back, for the renderers.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from linattn_verify.reporting._validate import SCHEMA_VERSION
-from linattn_verify.reporting._values import jsonable, quantile, score, worst_first
+from linattn_verify.reporting._values import jsonable, quantile, worst_first
+from linattn_verify.results import CaseRecord, Comparison, PropertyVerdict
+from linattn_verify.typing import DTYPE_NAMES, FORMS
 
-FORM_ORDER = ("parallel", "chunk", "recurrent")
-DTYPE_ORDER = ("float64", "float32", "float16", "bfloat16")
 TENSOR_ORDER = (
     "o",
     "final_state",
@@ -28,23 +29,32 @@ TENSOR_ORDER = (
     "dinitial_state",
     "dinitial_key_sum",
 )
+"""Report order of the tensors; others follow, by name."""
 WORST_CASES = 10
 """Rows of the worst-cases table."""
+UNDECIDED = frozenset({"undefined", "out_of_contract", "ill_conditioned", "not_run"})
+"""Case statuses that are neither a pass nor a defect, nor a property that did not apply."""
 
 
-def _rank(value: Any, order: Sequence[str]) -> tuple[int, str]:
-    text = "" if value is None else str(value)
+def rank(value: str | None, order: Sequence[str]) -> tuple[int, str]:
+    """Sort key: ``value``'s place in ``order``, values outside it after, by name."""
+    text = "" if value is None else value
     return (order.index(text) if text in order else len(order), text)
 
 
-def is_skipped(record: Mapping[str, Any]) -> bool:
-    """Whether the property did not apply to the case (it is then neither passed nor failed)."""
-    return bool(record.get("skipped"))
+def is_failure(record: CaseRecord) -> bool:
+    """Whether the case failed: the property was violated or the harness failed on it."""
+    return record.status == "failed"
 
 
-def is_failure(record: Mapping[str, Any]) -> bool:
-    """Whether the case failed: the property was violated or the harness raised on it."""
-    return not record.get("ok", False) and not is_skipped(record)
+def oracle_comparisons(record: CaseRecord) -> list[Comparison]:
+    """The record's comparisons against the oracle (the ones scored as r, ρ, η)."""
+    return [c for c in record.comparisons if c.reference == "oracle"]
+
+
+def failure_message(record: CaseRecord) -> str:
+    """A failed record's message: the harness's error, or the property's report."""
+    return (record.reason or "") if record.error else record.result.report()
 
 
 def replay_command(failure_file: str | None) -> str | None:
@@ -52,52 +62,17 @@ def replay_command(failure_file: str | None) -> str | None:
     return None if not failure_file else f"linattn-verify replay {shlex.quote(failure_file)}"
 
 
-def case_verdicts(
-    cases: Iterable[Mapping[str, Any]], explicit: Iterable[Mapping[str, Any]] = ()
-) -> list[dict[str, Any]]:
-    """Return one verdict per (kernel, property): held, failed, or n/a when every case skipped.
+def property_verdicts(
+    cases: Iterable[CaseRecord], explicit: Iterable[PropertyVerdict] = ()
+) -> list[PropertyVerdict]:
+    """Return one verdict per (kernel, property), sorted by kernel then property.
 
-    Verdicts in ``explicit`` (a search's own account, e.g. `check`'s) replace those derived from
-    the cases for the same kernel and property.
+    The verdicts are derived from the cases (`PropertyVerdict.of_cases`); those in ``explicit``
+    (a search's own account, e.g. `check`'s) replace them for the same kernel and property.
     """
-    derived: dict[tuple[str, str], dict[str, Any]] = {}
-    for record in cases:
-        key = (str(record.get("kernel", "?")), str(record.get("property") or "?"))
-        verdict = derived.setdefault(
-            key,
-            {
-                "kernel": key[0],
-                "property": key[1],
-                "status": "held",
-                "examples": 0,
-                "skipped": 0,
-                "seconds": 0.0,
-                "message": "",
-                "failure_file": None,
-            },
-        )
-        verdict["examples"] += 1
-        verdict["skipped"] += int(is_skipped(record))
-        verdict["seconds"] = round(verdict["seconds"] + float(record.get("seconds") or 0.0), 3)
-        if is_failure(record):
-            verdict["status"] = "failed"
-            verdict["message"] = verdict["message"] or str(_message(record))
-            verdict["failure_file"] = record.get("failure_file") or verdict["failure_file"]
-    for verdict in derived.values():
-        if verdict["status"] == "held" and verdict["skipped"] == verdict["examples"]:
-            verdict["status"] = "n/a"
-    for given in explicit:
-        derived[(str(given["kernel"]), str(given["property"]))] = dict(given)
-    return [derived[key] for key in sorted(derived)]
-
-
-def _message(record: Mapping[str, Any]) -> str:
-    return str(record.get("error") or record.get("report") or "")
-
-
-def _tensor_scores(record: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
-    tensors = record.get("tensors") or {}
-    return tensors.items() if isinstance(tensors, Mapping) else ()
+    verdicts = {(v.kernel, v.property): v for v in PropertyVerdict.of_cases(cases)}
+    verdicts.update({(v.kernel, v.property): v for v in explicit})
+    return [verdicts[key] for key in sorted(verdicts)]
 
 
 def _stats(values: Sequence[float]) -> dict[str, float | None]:
@@ -108,42 +83,39 @@ def _stats(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def distributions(cases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _largest(values: Sequence[float]) -> float | None:
+    return max((worst_first(v) for v in values), default=None)
+
+
+def distributions(cases: Iterable[CaseRecord]) -> list[dict[str, Any]]:
     """Return the score distribution of each (kernel, form, dtype, tensor) over its cases.
 
-    ``r`` and ``rho`` are the max, p99.9 and median over the group's cases of each case's
-    largest r (and ρ); ``eta`` is the largest η; ``element`` holds the element-level figures
-    the property reports: the largest per-case p99.9 of r and the median of per-case median ρ.
+    Only comparisons against the oracle count. ``r`` and ``rho`` are the max, p99.9 and median
+    over the group's comparisons of their largest r (and ρ); ``eta`` is the largest η;
+    ``element`` holds the element-level figures: the largest per-case p99.9 of r and the median
+    of per-case median ρ. Cases the property did not apply to are left out.
     """
-    groups: dict[tuple[str, Any, str, str], dict[str, list[float]]] = {}
+    groups: dict[tuple[str, str | None, str, str], dict[str, list[float]]] = {}
     for record in cases:
-        if is_skipped(record):
+        if record.status == "not_applicable":
             continue
-        for tensor, by_name in _tensor_scores(record):
-            key = (
-                str(record.get("kernel", "?")),
-                record.get("form"),
-                str(record.get("dtype", "?")),
-                str(tensor),
-            )
+        for comparison in oracle_comparisons(record):
+            key = (record.kernel, record.form, record.dtype, comparison.tensor)
             group = groups.setdefault(key, {})
-            for name in ("max_r", "max_rho", "max_eta", "p999_r", "median_rho"):
-                value = score(by_name.get(name)) if isinstance(by_name, Mapping) else None
+            s = comparison.scores
+            named = {"r": s.r, "rho": s.rho, "eta": s.eta, "p999_r": s.p999_r}
+            named["median_rho"] = s.median_rho
+            group.setdefault("cases", []).append(1.0)
+            for name, value in named.items():
                 if value is not None:
                     group.setdefault(name, []).append(value)
-    out = []
-    for key in sorted(
+    order = sorted(
         groups,
-        key=lambda k: (
-            k[0],
-            _rank(k[1], FORM_ORDER),
-            _rank(k[2], DTYPE_ORDER),
-            _rank(k[3], TENSOR_ORDER),
-        ),
-    ):
+        key=lambda k: (k[0], rank(k[1], FORMS), rank(k[2], DTYPE_NAMES), rank(k[3], TENSOR_ORDER)),
+    )
+    out = []
+    for key in order:
         group = groups[key]
-        eta = group.get("max_eta", [])
-        p999 = group.get("p999_r", [])
         median_rho = group.get("median_rho", [])
         out.append(
             {
@@ -151,12 +123,12 @@ def distributions(cases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "form": key[1],
                 "dtype": key[2],
                 "tensor": key[3],
-                "cases": max((len(v) for v in group.values()), default=0),
-                "r": _stats(group.get("max_r", [])),
-                "rho": _stats(group.get("max_rho", [])),
-                "eta": max((worst_first(v) for v in eta), default=None),
+                "cases": len(group["cases"]),
+                "r": _stats(group.get("r", [])),
+                "rho": _stats(group.get("rho", [])),
+                "eta": _largest(group.get("eta", [])),
                 "element": {
-                    "p999_r": max((worst_first(v) for v in p999), default=None),
+                    "p999_r": _largest(group.get("p999_r", [])),
                     "median_rho": statistics.median(median_rho) if median_rho else None,
                 },
             }
@@ -164,10 +136,31 @@ def distributions(cases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _failure_entry(
+    kernel: str,
+    prop: str,
+    dtype: str | None,
+    case: str,
+    message: str,
+    failure_file: str | None,
+    occurrences: int,
+) -> dict[str, Any]:
+    return {
+        "kernel": kernel,
+        "property": prop,
+        "dtype": dtype,
+        "case": case,
+        "message": message,
+        "failure_file": failure_file,
+        "replay": replay_command(failure_file),
+        "occurrences": occurrences,
+    }
+
+
 def failures(
-    cases: Iterable[Mapping[str, Any]], verdicts: Iterable[Mapping[str, Any]] = ()
+    cases: Iterable[CaseRecord], verdicts: Iterable[PropertyVerdict] = ()
 ) -> list[dict[str, Any]]:
-    """Return the failures, each with its replay command.
+    """Return the failures, each with its message and replay command.
 
     Failing cases that share a saved file are one failure: a Hypothesis search fails on every
     shrinking step and saves each over the last, so the entry keeps the last case (the shrunk,
@@ -175,75 +168,76 @@ def failures(
     file are grouped by kernel, property and dtype the same way. A failed verdict without any
     failing case record still appears, with its own message and file.
     """
-    found: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+    found: dict[tuple[str, str, tuple[str, str]], dict[str, Any]] = {}
     for record in cases:
         if not is_failure(record):
             continue
-        dtype = record.get("dtype")
-        failure_file = record.get("failure_file")
-        key = (
-            str(record.get("kernel", "?")),
-            str(record.get("property") or "?"),
-            str(failure_file) if failure_file else None if dtype is None else str(dtype),
-        )
+        where = ("file", record.failure_file) if record.failure_file else ("dtype", record.dtype)
+        key = (record.kernel, record.property, where)
         previous = found.get(key)
-        found[key] = {
-            "kernel": key[0],
-            "property": key[1],
-            "dtype": None if dtype is None else str(dtype),
-            "case": str(record.get("case") or record.get("spec") or ""),
-            "message": _message(record),
-            "failure_file": failure_file,
-            "replay": replay_command(failure_file),
-            "occurrences": 1 if previous is None else previous["occurrences"] + 1,
-        }
+        found[key] = _failure_entry(
+            record.kernel,
+            record.property,
+            record.dtype,
+            record.case,
+            failure_message(record),
+            record.failure_file,
+            1 if previous is None else previous["occurrences"] + 1,
+        )
     seen = {(k[0], k[1]) for k in found}
     for verdict in verdicts:
-        key2 = (str(verdict["kernel"]), str(verdict["property"]))
-        if verdict.get("status") != "failed" or key2 in seen:
+        if verdict.status != "failed" or (verdict.kernel, verdict.property) in seen:
             continue
-        message = str(verdict.get("message") or "")
-        failure_file = verdict.get("failure_file")
-        found[(*key2, None)] = {
-            "kernel": key2[0],
-            "property": key2[1],
-            "dtype": None,
-            "case": message.splitlines()[0] if message else "",
-            "message": message,
-            "failure_file": failure_file,
-            "replay": replay_command(failure_file),
-            "occurrences": 1,
-        }
+        message = verdict.message
+        found[(verdict.kernel, verdict.property, ("verdict", ""))] = _failure_entry(
+            verdict.kernel,
+            verdict.property,
+            None,
+            message.splitlines()[0] if message else "",
+            message,
+            verdict.failure_file,
+            1,
+        )
     return sorted(
         found.values(),
-        key=lambda f: (f["kernel"], f["property"], _rank(f["dtype"], DTYPE_ORDER), f["case"]),
+        key=lambda f: (f["kernel"], f["property"], rank(f["dtype"], DTYPE_NAMES), f["case"]),
     )
 
 
-def worst_cases(cases: Iterable[Mapping[str, Any]], n: int = WORST_CASES) -> list[dict[str, Any]]:
-    """Return the ``n`` scored cases with the largest worst r (or η), largest first."""
-    scored = []
-    for index, record in enumerate(cases):
-        value = score(record.get("worst_r"))
-        if value is not None and not is_skipped(record):
-            scored.append((-worst_first(value), index, record))
+def worst_cases(cases: Iterable[CaseRecord], n: int = WORST_CASES) -> list[CaseRecord]:
+    """Return the ``n`` records with the largest deciding score (`CaseRecord.worst_score`).
+
+    Records without a comparison, and those the property did not apply to, are left out; ties
+    keep the order the cases finished in.
+    """
+    scored = [
+        (-worst_first(record.worst_score), index, record)
+        for index, record in enumerate(cases)
+        if record.comparisons and record.status != "not_applicable"
+    ]
     scored.sort(key=lambda item: (item[0], item[1]))
-    return [dict(record) for _, _, record in scored[:n]]
+    return [record for _, _, record in scored[:n]]
 
 
-def totals(
-    cases: Sequence[Mapping[str, Any]], verdicts: Iterable[Mapping[str, Any]] = ()
-) -> dict[str, Any]:
-    """Count the cases: passed, failed (property violated), skipped, errors (harness raised)."""
-    errors = sum(1 for r in cases if "error" in r and is_failure(r))
-    skipped = sum(1 for r in cases if is_skipped(r))
-    failed = sum(1 for r in cases if is_failure(r)) - errors
-    verdict_failed = any(v.get("status") == "failed" for v in verdicts)
+def totals(cases: Sequence[CaseRecord], verdicts: Iterable[PropertyVerdict] = ()) -> dict[str, Any]:
+    """Count the cases by outcome; ``ok`` when none failed and no verdict failed.
+
+    ``failed``: a property was violated; ``errors``: the harness failed on the case;
+    ``not_applicable``: the property did not apply; ``undecided``: undefined, out of contract,
+    ill-conditioned or not run; ``passed``: held.
+    """
+    errors = sum(1 for r in cases if r.error)
+    failed = sum(1 for r in cases if is_failure(r) and not r.error)
+    not_applicable = sum(1 for r in cases if r.status == "not_applicable" and not r.error)
+    undecided = sum(1 for r in cases if r.status in UNDECIDED and not r.error)
+    passed = sum(1 for r in cases if r.status == "held" and not r.error)
+    verdict_failed = any(v.status == "failed" for v in verdicts)
     return {
         "cases": len(cases),
-        "passed": len(cases) - errors - skipped - failed,
+        "passed": passed,
         "failed": failed,
-        "skipped": skipped,
+        "not_applicable": not_applicable,
+        "undecided": undecided,
         "errors": errors,
         "ok": failed == 0 and errors == 0 and not verdict_failed,
     }
@@ -259,10 +253,10 @@ def build_document(
     environment: Mapping[str, Any],
     arguments: Mapping[str, Any],
     kernels: Sequence[Mapping[str, Any]],
-    cases: Sequence[Mapping[str, Any]],
-    verdicts: Sequence[Mapping[str, Any]] = (),
+    cases: Sequence[CaseRecord],
+    verdicts: Sequence[PropertyVerdict] = (),
 ) -> dict[str, Any]:
-    """Return the run document (schema ``linattn-verify/run/v1``) for these records.
+    """Return the run document (schema `SCHEMA_VERSION`) for these records.
 
     Args:
         command: ``"run"`` or ``"check"``.
@@ -280,7 +274,7 @@ def build_document(
     Returns:
         The JSON-ready document.
     """
-    all_verdicts = case_verdicts(cases, verdicts)
+    all_verdicts = property_verdicts(cases, verdicts)
     document: dict[str, Any] = jsonable(
         {
             "schema": SCHEMA_VERSION,
@@ -292,12 +286,22 @@ def build_document(
             "environment": dict(environment),
             "arguments": dict(arguments),
             "kernels": list(kernels),
-            "cases": list(cases),
-            "verdicts": all_verdicts,
+            "cases": [record.to_json() for record in cases],
+            "verdicts": [verdict.to_json() for verdict in all_verdicts],
             "distributions": distributions(cases),
             "failures": failures(cases, all_verdicts),
-            "worst_cases": worst_cases(cases),
+            "worst_cases": [record.to_json() for record in worst_cases(cases)],
             "totals": totals(cases, all_verdicts),
         }
     )
     return document
+
+
+def cases_of(document: Mapping[str, Any], section: str = "cases") -> list[CaseRecord]:
+    """Read the case records of a run document back (``section``: ``cases``, ``worst_cases``)."""
+    return [CaseRecord.from_json(c) for c in document.get(section) or ()]
+
+
+def verdicts_of(document: Mapping[str, Any]) -> list[PropertyVerdict]:
+    """Read the verdicts of a run document back."""
+    return [PropertyVerdict.from_json(v) for v in document.get("verdicts") or ()]

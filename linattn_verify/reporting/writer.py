@@ -3,13 +3,15 @@
 
 Layout of a run directory::
 
-    results.jsonl   one case record per line, appended and flushed as each case finishes
-    run.json        the run document (schema ``linattn-verify/run/v1``); written with status
+    results.jsonl   one `CaseRecord` per line (``to_json``), appended and flushed as each case
+                    finishes
+    run.json        the run document (schema ``linattn-verify/run/v2``); written with status
                     "incomplete" (no cases) when the run starts and "complete" by `finish`
     report.md, report.html, plots/*.png    rendered by `finish` or ``linattn-verify report``
     failures/       saved failing cases, for ``linattn-verify replay``
 
 An interrupted run keeps its results: `load_run` rebuilds the document from ``results.jsonl``.
+A version 1 document (and version 1 lines) are read and upgraded to version 2.
 """
 
 from __future__ import annotations
@@ -21,14 +23,17 @@ import platform
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from linattn_verify._device import package_version
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.reporting._validate import validate
+from linattn_verify.reporting import _v1
+from linattn_verify.reporting._validate import SCHEMA_FILES, SCHEMA_V1, validate
 from linattn_verify.reporting._values import jsonable
-from linattn_verify.reporting.summary import build_document
+from linattn_verify.reporting.summary import build_document, verdicts_of
+from linattn_verify.results import CaseRecord, PropertyVerdict
+from linattn_verify.typing import FORMS
 
 if TYPE_CHECKING:
     from linattn_verify.kernel import Kernel
@@ -42,20 +47,13 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def run_environment(
     base: Mapping[str, Any] | None = None, *, profile: str | None = None, seed: int | None = None
 ) -> dict[str, Any]:
     """Describe where a run happens, for the run document.
 
     Args:
-        base: Device and versions, as `linattn_verify._runner.environment` returns them.
+        base: Device and versions, as `linattn_verify._device.environment` returns them.
             Default: `None` (call it; this imports torch).
         profile: The Hypothesis profile in effect. Default: `None` (Hypothesis's current one).
         seed: The seed of the case draw. Default: `None`.
@@ -65,7 +63,7 @@ def run_environment(
         ``hypothesis_profile`` and ``seed``.
     """
     if base is None:
-        from linattn_verify._runner import environment
+        from linattn_verify._device import environment
 
         base = environment()
     if not isinstance(base, Mapping):
@@ -81,11 +79,11 @@ def run_environment(
     env: dict[str, Any] = {str(k): str(v) for k, v in base.items()}
     env.setdefault("device", "unknown")
     for name in ("torch", "triton", "linattn_verify"):
-        env.setdefault(name, _version(name.replace("_", "-")))
+        env.setdefault(name, package_version(name.replace("_", "-")))
     env["interpreter"] = env.get("triton_mode") == "interpreter"
     env["python"] = platform.python_version()
     env["platform"] = platform.platform()
-    env["hypothesis"] = _version("hypothesis")
+    env["hypothesis"] = package_version("hypothesis")
     env["hypothesis_profile"] = profile
     env["seed"] = seed
     return env
@@ -129,7 +127,7 @@ class RunWriter:
     Args:
         directory: The run directory; created if missing. An earlier run there is replaced.
         command: ``"run"`` or ``"check"``. Default: `"run"`.
-        environment: Device and versions, as `linattn_verify._runner.environment` returns
+        environment: Device and versions, as `linattn_verify._device.environment` returns
             them; `run_environment` adds the rest. Default: `None` (ask it).
         arguments: The command's arguments, for the record. Default: `None` (none).
         profile: The Hypothesis profile. Default: `None` (the current one).
@@ -165,8 +163,8 @@ class RunWriter:
         self.environment = run_environment(environment, profile=profile, seed=seed)
         self.arguments = jsonable({str(k): _plain(v) for k, v in (arguments or {}).items()})
         self.kernels: dict[str, dict[str, Any]] = {}
-        self.cases: list[dict[str, Any]] = []
-        self.verdicts: list[dict[str, Any]] = []
+        self.cases: list[CaseRecord] = []
+        self.verdicts: list[PropertyVerdict] = []
         self.started = _now()
         self._clock = time.perf_counter()
         self._finished = False
@@ -186,73 +184,46 @@ class RunWriter:
             self.kernels[entry["name"]] = entry
             self._write(status="incomplete")
 
-    def add_case(self, record: Mapping[str, Any]) -> None:
+    def add_case(self, record: CaseRecord) -> None:
         """Append one case record to ``results.jsonl`` at once (flushed), and keep it.
 
         Args:
-            record: A `linattn_verify._runner.case_record` dict (``kernel``, ``ok``, ``spec``,
-                scores, ...), or a harness-error record with ``error``.
+            record: The `CaseRecord` of one property on one case (a harness error on the case
+                included: status ``failed``, ``error`` set).
+
+        Raises:
+            InvalidArgument: if ``record`` is not a `CaseRecord`.
         """
         self._check_open()
-        if not isinstance(record, Mapping):
-            raise InvalidArgument(f"Expected a case record (a mapping) but got record={record!r}.")
-        if not isinstance(record.get("kernel"), str) or not isinstance(record.get("ok"), bool):
+        if not isinstance(record, CaseRecord):
             raise InvalidArgument(
-                "Expected a case record with a str 'kernel' and a bool 'ok' but got "
-                f"record={dict(record)!r}."
+                f"Expected a linattn_verify.results.CaseRecord but got record={record!r}."
             )
-        line = jsonable(dict(record))
-        line.setdefault("spec", "")
-        self.cases.append(line)
+        self.cases.append(record)
         with self.lines_path.open("a") as f:
-            f.write(json.dumps(line) + "\n")
+            f.write(json.dumps(jsonable(record.to_json())) + "\n")
             f.flush()
 
-    def add_verdict(
-        self,
-        property: str,
-        *,
-        kernel: str,
-        ok: bool,
-        examples: int,
-        skipped: int = 0,
-        seconds: float = 0.0,
-        message: str = "",
-        failure_file: str | None = None,
-        not_run: bool = False,
-    ) -> None:
-        """Record a search's verdict on one property (what `check` reports per property).
+    def add_verdict(self, verdict: PropertyVerdict) -> None:
+        """Record a search's verdict on one property of one kernel (what `check` reports).
 
-        The status is ``failed`` when not ``ok``, ``not run`` when the search never reached
-        the property (``not_run``), ``n/a`` when every example was skipped, else ``held``. It
-        replaces the verdict derived from the cases of that kernel and property.
+        It replaces an earlier verdict on the same kernel and property, and the verdict derived
+        from the cases of that kernel and property.
+
+        Args:
+            verdict: The `PropertyVerdict`.
+
+        Raises:
+            InvalidArgument: if ``verdict`` is not a `PropertyVerdict`.
         """
         self._check_open()
-        if not isinstance(property, str) or not property:
-            raise InvalidArgument(f"Expected a non-empty str but got property={property!r}.")
-        if not isinstance(kernel, str) or not kernel:
-            raise InvalidArgument(f"Expected a non-empty str but got kernel={kernel!r}.")
-        for name, value in (("examples", examples), ("skipped", skipped)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidArgument(f"Expected an int >= 0 but got {name}={value!r}.")
-        status = "failed" if not ok else "not run" if not_run else "held"
-        if status == "held" and examples and skipped >= examples:
-            status = "n/a"
-        self.verdicts = [
-            v for v in self.verdicts if (v["kernel"], v["property"]) != (kernel, property)
-        ]
-        self.verdicts.append(
-            {
-                "kernel": kernel,
-                "property": property,
-                "status": status,
-                "examples": examples,
-                "skipped": skipped,
-                "seconds": round(float(seconds), 3),
-                "message": str(message),
-                "failure_file": None if failure_file is None else str(failure_file),
-            }
-        )
+        if not isinstance(verdict, PropertyVerdict):
+            raise InvalidArgument(
+                f"Expected a linattn_verify.results.PropertyVerdict but got verdict={verdict!r}."
+            )
+        key = (verdict.kernel, verdict.property)
+        self.verdicts = [v for v in self.verdicts if (v.kernel, v.property) != key]
+        self.verdicts.append(verdict)
         self._write(status="incomplete")
 
     def document(self, *, status: str = "complete") -> dict[str, Any]:
@@ -306,23 +277,52 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """Read a ``results.jsonl`` file; a truncated last line (an interrupted write) is dropped."""
+def read_results(path: Path) -> list[CaseRecord]:
+    """Read a ``results.jsonl`` file; a truncated last line (an interrupted write) is dropped.
+
+    Version 1 lines (written before `CaseRecord`) are upgraded (`linattn_verify.reporting._v1`).
+
+    Raises:
+        InvalidArgument: naming the line that is not JSON or not a case record.
+    """
     lines = path.read_text().splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            data = json.loads(line)
         except json.JSONDecodeError:
             if number == len(lines):
                 break
             raise InvalidArgument(f"{path}:{number} is not a JSON line: {line[:80]!r}") from None
-        if not isinstance(record, dict):
+        if not isinstance(data, dict):
             raise InvalidArgument(f"{path}:{number} is not a JSON object.")
+        try:
+            record = _v1.case_from_v1(data) if _v1.is_v1_case(data) else CaseRecord.from_json(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgument(
+                f"{path}:{number} is not a case record ({type(exc).__name__}: {exc})."
+            ) from None
         records.append(record)
     return records
+
+
+def _read_header(run_path: Path) -> dict[str, Any]:
+    try:
+        header = json.loads(run_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"{run_path} is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise InvalidArgument(f"{run_path} is not a run document (a JSON object).")
+    version = header.get("schema")
+    if version not in SCHEMA_FILES:
+        raise InvalidArgument(
+            f"{run_path} has schema={version!r}, but this version reads {sorted(SCHEMA_FILES)}."
+        )
+    validate(header, version=version)
+    checked: dict[str, Any] = header
+    return checked
 
 
 def load_run(directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -330,10 +330,13 @@ def load_run(directory: str | os.PathLike[str]) -> dict[str, Any]:
 
     Args:
         directory: A directory written by `RunWriter` (``linattn-verify run`` or
-            ``check --report``).
+            ``check --report``), by this version or the previous one (schema version 1: the
+            document is upgraded to version 2, see `linattn_verify.reporting._v1`).
 
     Returns:
-        The validated run document; ``status`` is ``"incomplete"`` when it was rebuilt.
+        The validated run document (version 2); ``status`` is ``"incomplete"`` when it was
+        rebuilt. Its cases and verdicts read back with `summary.cases_of` and
+        `summary.verdicts_of`.
 
     Raises:
         InvalidArgument: if ``directory`` holds no run, or its files are malformed.
@@ -349,39 +352,37 @@ def load_run(directory: str | os.PathLike[str]) -> dict[str, Any]:
             f"Got RUN_DIR={str(folder)!r}, but it holds neither {RUN_FILE} nor {RESULTS_FILE}."
         )
     header: dict[str, Any] = {}
+    verdicts: list[PropertyVerdict] | None = None
     if run_path.is_file():
-        try:
-            header = json.loads(run_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"{run_path} is not JSON: {exc}") from None
-        if isinstance(header, dict) and header.get("status") == "complete":
-            validate(header)
-            return header
-        validate(header)
+        header = _read_header(run_path)
+        v1 = header["schema"] == SCHEMA_V1
+        if header["status"] == "complete":
+            return _v1.upgrade(header) if v1 else header
+        verdicts = [_v1.verdict_from_v1(v) for v in header["verdicts"]] if v1 else None
     cases = read_results(lines_path) if lines_path.is_file() else []
-    kernels = header.get("kernels") or _kernels_from(cases)
     document = build_document(
         command=header.get("command", "run"),
         status="incomplete",
         started=header.get("started", "unknown"),
         finished=None,
-        seconds=sum(float(r.get("seconds") or 0.0) for r in cases),
+        seconds=sum(record.seconds for record in cases),
         environment=header.get("environment") or _unknown_environment(),
         arguments=header.get("arguments", {}),
-        kernels=kernels,
+        kernels=header.get("kernels") or _kernels_from(cases),
         cases=cases,
-        verdicts=header.get("verdicts", []),
+        verdicts=verdicts_of(header) if verdicts is None else verdicts,
     )
     validate(document)
     return document
 
 
-def _kernels_from(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _kernels_from(cases: list[CaseRecord]) -> list[dict[str, Any]]:
     seen: dict[str, dict[str, Any]] = {}
     for record in cases:
-        name = str(record.get("kernel", "?"))
+        form = record.form if record.form in FORMS else None
         seen.setdefault(
-            name, {"name": name, "form": record.get("form"), "capabilities": {}, "recipes": {}}
+            record.kernel,
+            {"name": record.kernel, "form": form, "capabilities": {}, "recipes": {}},
         )
     return list(seen.values())
 

@@ -15,9 +15,11 @@ from linattn_verify.kernel import Kernel
 from linattn_verify.semantics import Problem, validate_problem
 from linattn_verify.strategies._shapes import (
     DEFAULT_MODULI,
+    batch_sizes,
     check_choices,
     check_int,
     check_int_range,
+    head_counts,
     head_dims,
     scales,
     seq_lens,
@@ -29,11 +31,15 @@ from linattn_verify.strategies._tensors import (
     LAYOUTS,
     LOW_PRECISION_DTYPES,
     VALUE_FAMILIES,
+    decay_families,
     decay_values,
     family_values,
+    float_dtypes,
     lay_out,
     near_max_magnitude,
+    value_families,
 )
+from linattn_verify.strategies._tensors import layouts as layout_names
 from linattn_verify.typing import FeatureMap
 
 
@@ -269,7 +275,7 @@ def _problem_specs(
     """Draw one spec from validated arguments (see `problem_specs`)."""
     seq_len = draw(T, label="T")
     fmap = draw(st.sampled_from(feature_maps), label="feature_map")
-    dtype = draw(st.sampled_from(dtypes), label="dtype")
+    dtype = draw(float_dtypes(names=dtypes), label="dtype")
     families = [f for f in values if f != "underflowing_features" or fmap == "elu1"]
     families = [f for f in families if f != "large" or dtype != "float16"] or ["normal"]
     use_varlen = varlen and draw(st.booleans(), label="varlen")
@@ -278,9 +284,9 @@ def _problem_specs(
     if dtype in even_head_dims:
         K, V = _even(K, *head_dim_range), _even(V, *head_dim_range)
     return ProblemSpec(
-        B=1 if use_varlen else draw(st.integers(1, max_batch_size), label="B"),
+        B=1 if use_varlen else draw(batch_sizes(max_value=max_batch_size), label="B"),
         T=seq_len,
-        H=draw(st.integers(1, max_heads), label="H"),
+        H=draw(head_counts(max_value=max_heads), label="H"),
         K=K,
         V=V,
         dtype=dtype,
@@ -288,13 +294,13 @@ def _problem_specs(
         normalize=is_normalized,
         eps=draw(st.sampled_from(eps_values), label="eps") if is_normalized else 0.0,
         scale=draw(scales(), label="scale"),
-        values=draw(st.sampled_from(families), label="values"),
-        decay=draw(st.sampled_from(decays), label="decay"),
+        values=draw(value_families(names=families), label="values"),
+        decay=draw(decay_families(names=decays), label="decay"),
         initial_state=draw(st.sampled_from(initial_state), label="initial_state"),
         output_final_state=draw(st.sampled_from(final_state), label="output_final_state"),
         segments=draw(seq_packings(seq_len), label="segments") if use_varlen else None,
         seed=draw(st.integers(0, 2**31 - 1), label="seed"),
-        layout=draw(st.sampled_from(layouts), label="layout"),
+        layout=draw(layout_names(names=layouts), label="layout"),
     )
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies._shapes import check_choices
+from linattn_verify.typing import DTYPE_NAMES, KERNEL_DTYPES, torch_dtype
 
 VALUE_FAMILIES = (
     "normal",
@@ -30,7 +31,7 @@ VALUE_FAMILIES = (
     "positive",
     "near_max",
 )
-"""Families of q/k/v values (DESIGN.md §9). ``underflowing_features`` puts q, k near -100 so
+"""Families of q/k/v values (docs/design.md §9). ``underflowing_features`` puts q, k near -100 so
 that elu1 features underflow; ``large`` uses magnitudes around 1e3; ``tiny`` around 1e-20;
 ``positive`` makes q, k >= 0 (features without cancellation when no feature map is applied);
 ``near_max`` puts |q|, |k| near sqrt(max / (T·K·V)) of the dtype (see `near_max_magnitude`)."""
@@ -39,15 +40,10 @@ DECAY_FAMILIES = ("none", "zero", "mild", "steep", "overflowing")
 """Families of log-decays g: no decay, g = 0 exactly, g in (-0.1, 0], steep g down to -20, and
 g chosen so that |G| exceeds 88 inside a block of 16 tokens."""
 
-DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-}
+DTYPES: dict[str, torch.dtype] = {name: torch_dtype(name) for name in DTYPE_NAMES}
 """Input dtypes by name. float64 is drawn only for kernels that declare it."""
 
-LOW_PRECISION_DTYPES = ("float32", "float16", "bfloat16")
+LOW_PRECISION_DTYPES = KERNEL_DTYPES
 """The dtypes `problem_specs` draws by default (kernels take these; fp64 is opt-in)."""
 
 LAYOUTS = ("contiguous", "transposed", "sliced")

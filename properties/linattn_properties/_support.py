@@ -1,16 +1,19 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""The machinery every property shares: one kernel runner, one result builder, comparisons.
+"""The machinery every property shares: one prelude, one kernel runner, one result builder.
 
-`run_kernel` calls a kernel on private copies of a problem's inputs (same memory layout) and
-turns anything wrong (an exception, a wrong type, shape or dtype, a NaN, an input changed in
-place) into a `KernelFailure`; `attempt` returns the failure's message instead. `make_result`
-builds every `PropertyResult`. The rest compares tensors bitwise or within an error bound.
+A property reads, top to bottom: `prepare_case` (build the problem, check the kernel supports
+it, find its recipe), `run_kernel` (call the kernel on private copies of the inputs, same memory
+layout; anything wrong, an exception, a wrong type, shape or dtype, a NaN, an input changed in
+place, raises `KernelFailure`), the comparisons (`linattn_verify.compare`), and
+`PreparedCase.judged`. `property_function` turns a `KernelFailure` that escapes into the failed
+result: one error dialect.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,19 +22,19 @@ from unittest import mock
 import numpy as np
 import torch
 
-from linattn_verify.compare import Comparison, compare
+from linattn_verify.compare import bitwise_mismatch
 from linattn_verify.kernel import Kernel
 from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.results import Comparison, PropertyResult, judged_status
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec, random_cotangents
 from linattn_verify.tolerance import (
-    ForwardBounds,
     TensorBound,
     backward_bounds,
     cotangent_loss,
     forward_bounds,
 )
-from linattn_verify.verdict import PropertyResult
+from linattn_verify.typing import dtype_name
 
 FinalState = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None
 
@@ -81,93 +84,167 @@ class KernelRun:
         return {**self.outputs, **{"d" + n: g for n, g in self.filled_grads.items()}}
 
 
-def make_result(
+Subject = Kernel | Sequence[Kernel] | str
+"""What a property judges: a kernel, several kernels, or a named reference path."""
+
+
+def kernel_label(kernel: Subject) -> str:
+    """The name a result gives its subject: a kernel's, several joined by ``+``, or the str."""
+    if isinstance(kernel, str):
+        return kernel
+    if isinstance(kernel, Kernel):
+        return kernel.name
+    return "+".join(k.name for k in kernel)
+
+
+def not_applicable(prop: str, kernel: Subject, spec: ProblemSpec, reason: str) -> PropertyResult:
+    """The result of a property that says nothing about this kernel or case."""
+    return PropertyResult(
+        prop, kernel_label(kernel), spec.describe(), "not_applicable", reason=reason
+    )
+
+
+def failed(prop: str, kernel: Subject, spec: ProblemSpec, reason: str) -> PropertyResult:
+    """The result of a property that failed on a finding no comparison carries."""
+    return PropertyResult(prop, kernel_label(kernel), spec.describe(), "failed", reason=reason)
+
+
+def judged(
     prop: str,
-    kernel: str,
+    kernel: Subject,
     spec: ProblemSpec,
+    comparisons: Sequence[Comparison],
     *,
-    ok: bool = True,
-    message: str = "",
-    scores: Mapping[str, float] | None = None,
-    worst_index: tuple[int, ...] | None = None,
-    skipped: str | None = None,
+    findings: Sequence[str] = (),
+    notes: Sequence[str] = (),
 ) -> PropertyResult:
-    """Build a `PropertyResult` whose case is the spec's one-line repro."""
+    """The result of a property that compared: failed if a comparison failed or a finding was made.
+
+    Args:
+        prop: The property's name.
+        kernel: The kernel (or kernels) under test.
+        spec: The case.
+        comparisons: Every comparison made.
+        findings: Failures no comparison carries (a contract broken, a kernel that raised on one
+            of several runs). Default: `()`.
+        notes: Context for the reader (what was drawn, what was left out). Default: `()`.
+    """
     return PropertyResult(
         property=prop,
-        kernel=kernel,
+        kernel=kernel_label(kernel),
         case=spec.describe(),
-        ok=ok,
-        message=message,
-        scores=dict(scores or {}),
-        worst_index=worst_index,
-        skipped=skipped,
+        status=judged_status(comparisons, findings),
+        comparisons=tuple(comparisons),
+        reason="\n".join(findings) or None,
+        notes=tuple(notes),
     )
 
 
-def skipped(prop: str, kernel: Kernel, spec: ProblemSpec, reason: str) -> PropertyResult:
-    """Return the result of a property that does not apply."""
-    return make_result(prop, kernel.name, spec, skipped=reason)
+@dataclass(frozen=True)
+class PreparedCase:
+    """A case ready for a property: the problem as the kernel receives it, and its recipe.
 
-
-def finish(
-    prop: str,
-    kernel: Kernel,
-    spec: ProblemSpec,
-    failures: list[str],
-    scores: Mapping[str, float],
-    worst_index: tuple[int, ...] | None = None,
-    summary: str = "",
-) -> PropertyResult:
-    """Return a held or failed result; the message lists every failure, then the case."""
-    message = "\n".join([*failures, f"[{kernel.name} {spec.describe()}]"]) if failures else summary
-    return make_result(
-        prop,
-        kernel.name,
-        spec,
-        ok=not failures,
-        message=message,
-        scores=scores,
-        worst_index=worst_index,
-    )
-
-
-def kernel_recipe(kernel: Kernel, dtype: torch.dtype) -> PrecisionRecipe:
-    """Return ``kernel``'s precision recipe for inputs of ``dtype``.
-
-    A ``chunk_size=`` call option (`Kernel.with_options`) overrides the declared recipe's
-    chunk size: the rounding counts of the chunked form depend on the C the kernel runs with.
+    Attributes:
+        property: The property's name.
+        spec: The case.
+        kernel: The kernel under test.
+        problem: ``kernel.prepare(spec.build())``, with the overrides `prepare_case` applied.
+        recipe: The kernel's precision recipe for the problem's dtype.
     """
-    recipe = kernel.precision_recipe(dtype)
-    chunk_size = kernel.options.get("chunk_size")
-    if isinstance(chunk_size, int) and not isinstance(chunk_size, bool):
-        recipe = replace(recipe, chunk_size=chunk_size)
-    return recipe
+
+    property: str
+    spec: ProblemSpec
+    kernel: Kernel
+    problem: Problem
+    recipe: PrecisionRecipe
+
+    def not_applicable(self, reason: str) -> PropertyResult:
+        """The property does not apply to this case (see `not_applicable`)."""
+        return not_applicable(self.property, self.kernel, self.spec, reason)
+
+    def failed(self, reason: str) -> PropertyResult:
+        """The property failed on a finding no comparison carries (see `failed`)."""
+        return failed(self.property, self.kernel, self.spec, reason)
+
+    def judged(
+        self,
+        comparisons: Sequence[Comparison],
+        *,
+        findings: Sequence[str] = (),
+        notes: Sequence[str] = (),
+    ) -> PropertyResult:
+        """The property compared (see `judged`)."""
+        return judged(
+            self.property, self.kernel, self.spec, comparisons, findings=findings, notes=notes
+        )
 
 
-def with_effective_eps(problem: Problem, recipe: PrecisionRecipe) -> Problem:
-    """Return ``problem`` with eps as the kernel adds it (rounded to the recipe's eps dtype)."""
-    return replace(problem, eps=recipe.effective_eps(problem.eps))
+def prepare_case(
+    prop: str,
+    spec: ProblemSpec,
+    kernel: Kernel,
+    *,
+    backward: bool = False,
+    final_state: bool | None = None,
+) -> PreparedCase | PropertyResult:
+    """The prelude of every per-kernel property: build, prepare, check the kernel supports it.
+
+    Args:
+        prop: The property's name.
+        spec: The case.
+        kernel: The kernel under test.
+        backward: The property needs the kernel's backward pass. Default: `False`.
+        final_state: Override the case's ``output_final_state`` (`None`: keep it).
+            Default: `None`.
+
+    Returns:
+        The `PreparedCase`, or the ``not_applicable`` result saying why the kernel cannot run it.
+    """
+    if backward and not kernel.capabilities.backward:
+        return not_applicable(prop, kernel, spec, f"{kernel.name}: no backward support")
+    problem = kernel.prepare(spec.build())
+    if final_state is not None:
+        problem = replace(problem, output_final_state=final_state)
+    reason = kernel.supports(problem)
+    if reason is not None:
+        return not_applicable(prop, kernel, spec, reason)
+    return PreparedCase(prop, spec, kernel, problem, kernel.precision_recipe(problem.q.dtype))
 
 
-def kernel_bounds(kernel: Kernel, problem: Problem) -> ForwardBounds:
-    """Return the oracle's forward bounds for ``kernel``'s recipe (eps as the kernel adds it)."""
-    recipe = kernel_recipe(kernel, problem.q.dtype)
-    return forward_bounds(with_effective_eps(problem, recipe), recipe)
+Property = Callable[..., PropertyResult]
+
+
+def property_function(fn: Property) -> Property:
+    """Make a property total: a `KernelFailure` it lets through becomes its failed result.
+
+    Inside a property, `run_kernel` raises `KernelFailure` when the kernel raises or breaks the
+    calling convention; that is the property's failure (the message says what happened), so
+    properties let it propagate and this wrapper, named after the function, turns it into the
+    result.
+    """
+
+    @functools.wraps(fn)
+    def checked(spec: ProblemSpec, kernel: Any, *args: Any, **kwargs: Any) -> PropertyResult:
+        try:
+            return fn(spec, kernel, *args, **kwargs)
+        except KernelFailure as exc:
+            return failed(fn.__name__, kernel, spec, str(exc))
+
+    return checked
 
 
 def run_bounds(
     kernel: Kernel, problem: Problem, cotangents: tuple[torch.Tensor, Any] | None = None
 ) -> dict[str, TensorBound]:
     """Return the bounds of every output (and, given cotangents, of every gradient ``d<x>``)."""
-    recipe = kernel_recipe(kernel, problem.q.dtype)
-    p = with_effective_eps(problem, recipe)
-    bounds = dict(forward_bounds(p, recipe).tensors)
+    recipe = kernel.precision_recipe(problem.q.dtype)
+    forward = forward_bounds(problem, recipe)
+    bounds = dict(forward.tensors)
     if cotangents is not None:
         do, d_final = cotangents
-        if not p.output_final_state:
+        if not problem.output_final_state:
             d_final = None
-        grads = backward_bounds(p, recipe, do=do, d_final_state=d_final)
+        grads = backward_bounds(problem, recipe, do=do, d_final_state=d_final, forward=forward)
         bounds.update({"d" + n: b for n, b in grads.items()})
     return bounds
 
@@ -251,7 +328,6 @@ def run_kernel(
     kernel: Kernel,
     problem: Problem,
     *,
-    output_final_state: bool | None = None,
     cotangents: tuple[torch.Tensor, Any] | None = None,
     cotangent_seed: int | None = None,
     do_mask: torch.Tensor | None = None,
@@ -266,7 +342,6 @@ def run_kernel(
         kernel: The kernel under test.
         problem: The problem; its tensors are copied, so a kernel that writes to its inputs
             cannot change what the oracle sees (it fails instead).
-        output_final_state: Override the problem's flag. Default: `None` (the problem's).
         cotangents: ``(do, d_final_state)`` to backpropagate through
             `linattn_verify.tolerance.cotangent_loss`, or `None` for a forward run only.
             Default: `None`.
@@ -287,8 +362,6 @@ def run_kernel(
             which.
     """
     what = kernel.name
-    if output_final_state is not None:
-        problem = replace(problem, output_final_state=output_final_state)
     if cotangents is None and cotangent_seed is not None:
         cotangents = random_cotangents(problem, cotangent_seed)
     backward = cotangents is not None
@@ -308,7 +381,7 @@ def run_kernel(
             # The kernel sees the memory layout of the problem's own tensors, built
             # differentiably from the leaves.
             layout = {n: _same_layout(getattr(p, n), x) for n, x in originals.items()}
-            p = replace(p, **layout)  # type: ignore[arg-type]
+            p = p.with_tensors(**layout)
             result = kernel.call(p)
     except Exception as exc:  # the kernel under test may raise anything
         raise KernelFailure(f"{what} raised {type(exc).__name__}: {exc}") from None
@@ -352,17 +425,9 @@ def run_kernel(
     return KernelRun(o.detach(), _detach(final), grads, filled)
 
 
-def attempt(kernel: Kernel, problem: Problem, **options: Any) -> KernelRun | str:
-    """Return `run_kernel`'s run, or the message of its `KernelFailure`."""
-    try:
-        return run_kernel(kernel, problem, **options)
-    except KernelFailure as exc:
-        return str(exc)
-
-
 def _kind(x: Any) -> str:
     if isinstance(x, torch.Tensor):
-        return f"Tensor{tuple(x.shape)}:{str(x.dtype).replace('torch.', '')}"
+        return f"Tensor{tuple(x.shape)}:{dtype_name(x.dtype)}"
     return type(x).__name__
 
 
@@ -372,78 +437,9 @@ def _detach(state: FinalState) -> FinalState:
     return None if state is None else state.detach()
 
 
-def bitwise_mismatch(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-    """Return where ``actual`` and ``expected`` differ: `torch.equal`'s rule, NaN equal to NaN."""
-    a, e = actual.detach(), expected.detach().to(actual.device)
-    if a.dtype != e.dtype or a.shape != e.shape:
-        return torch.ones((), dtype=torch.bool).expand(a.shape if a.numel() else (1,))
-    same = (a == e) | (torch.isnan(a) & torch.isnan(e))
-    return ~same
-
-
-def bitwise_message(
-    what: str, actual: torch.Tensor, expected: torch.Tensor, condition: str
-) -> tuple[str | None, float, tuple[int, ...] | None]:
-    """Compare bitwise; return ``(message or None, max abs difference, worst index)``.
-
-    ``condition`` says what was changed between the runs, for the message.
-    """
-    if actual.shape != expected.shape or actual.dtype != expected.dtype:
-        return (
-            f"{what} {condition}: shape/dtype {tuple(actual.shape)}/{actual.dtype} differs from "
-            f"{tuple(expected.shape)}/{expected.dtype}",
-            math.inf,
-            None,
-        )
-    bad = bitwise_mismatch(actual, expected)
-    if not bool(bad.any()):
-        return None, 0.0, None
-    a64, e64 = actual.detach().double(), expected.detach().double().to(actual.device)
-    diff = torch.where(bad, (a64 - e64).abs(), 0.0).nan_to_num(nan=math.inf)
-    flat = int(torch.argmax(diff))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), actual.shape))
-    n = int(bad.sum())
-    lines = [
-        f"{what} is not bit-identical {condition}!",
-        f"Mismatched elements: {n} / {actual.numel()} ({100.0 * n / actual.numel():.1f}%)",
-        f"Greatest absolute difference: {float(diff.max()):.6g} at index {index} (0 allowed): "
-        f"got {float(a64[index]):.9g}, expected {float(e64[index]):.9g}",
-    ]
-    return "\n".join(lines), float(diff.max()), index
-
-
-def compare_within(
-    name: str,
-    actual: torch.Tensor,
-    expected: torch.Tensor,
-    bound: torch.Tensor,
-    *,
-    magnitude: torch.Tensor,
-    unit: float,
-) -> Comparison:
-    """Score ``actual`` against ``expected`` (float64) with an absolute bound per element.
-
-    Elements whose bound is infinite are unverifiable (not judged, counted). The pass rule and
-    the scores are those of `linattn_verify.compare.compare` (max r <= 2, finite mismatch fails).
-    """
-    expected = expected.to(torch.float64)
-    verifiable = torch.isfinite(bound)
-    tb = TensorBound(
-        name=name,
-        reference=expected,
-        bound=bound,
-        magnitude=magnitude,
-        count=torch.ones_like(expected),
-        unit=unit,
-        single=torch.zeros_like(expected),
-        verifiable=verifiable,
-    )
-    return compare(actual, tb)
-
-
 def relayout(problem: Problem, how: Callable[[torch.Tensor], torch.Tensor]) -> Problem:
     """Return ``problem`` with every floating input passed through ``how`` (same values)."""
-    return replace(problem, **{n: how(x) for n, x in problem.inputs().items()})  # type: ignore[arg-type]
+    return problem.with_tensors(**{n: how(x) for n, x in problem.inputs().items()})
 
 
 def _poison(x: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Causality, exactly: the past never sees the future (DESIGN.md §8.3).
+"""Causality, exactly: the past never sees the future (docs/design.md §8.3).
 
 Both properties pick a cut t (from the case's seed) and compare bitwise, so they see index bugs
 far below any rounding bound: a kernel that reads one token ahead, a chunk whose mask lets the
@@ -13,16 +13,12 @@ from dataclasses import replace
 
 import torch
 
-from linattn_properties._support import (
-    attempt,
-    bitwise_message,
-    finish,
-    skipped,
-)
+from linattn_properties._support import prepare_case, property_function, run_kernel
+from linattn_verify.compare import compare_bitwise
 from linattn_verify.kernel import Kernel
+from linattn_verify.results import PropertyResult
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec
-from linattn_verify.verdict import PropertyResult
 
 
 def _cut(problem: Problem, seed: int) -> int | None:
@@ -56,11 +52,12 @@ def _perturbed(problem: Problem, mask: torch.Tensor, seed: int) -> Problem:
         # Any log decay <= 0, including the steep ones that make exp underflow.
         new_g = (-10.0 * torch.rand(g.shape, generator=gen)).to(g.device, g.dtype)
         g = torch.where(mask[..., None], new_g, g)
-    return replace(
-        problem, q=fresh(problem.q, 3.0), k=fresh(problem.k, 3.0), v=fresh(problem.v, 5.0), g=g
+    return problem.with_tensors(
+        q=fresh(problem.q, 3.0), k=fresh(problem.k, 3.0), v=fresh(problem.v, 5.0), g=g
     )
 
 
+@property_function
 def causal_outputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     """Check that outputs at positions <= t do not depend on inputs at positions > t, bitwise.
 
@@ -77,50 +74,44 @@ def causal_outputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         kernel: The kernel under test.
 
     Returns:
-        The `PropertyResult`; scores ``t``, ``mismatches`` and ``max_abs_diff``.
+        The `PropertyResult`: bitwise comparisons ``"o[t<=<t>]"`` (indices of the whole
+        ``[B, T, H, V]``, later rows copied over) and, for the sequences that end by the cut,
+        ``"final_state[...]"`` (``"final_key_sum[...]"``); the cut t in its notes.
     """
-    prop = "causal_outputs_exact"
-    problem = spec.build()
-    reason = kernel.supports(problem)
-    if reason is not None:
-        return skipped(prop, kernel, spec, reason)
+    case = prepare_case("causal_outputs_exact", spec, kernel)
+    if isinstance(case, PropertyResult):
+        return case
+    problem = case.problem
     t = _cut(problem, spec.seed)
     if t is None:
-        return skipped(prop, kernel, spec, "no sequence has a position after the cut (T <= 1)")
+        return case.not_applicable("no sequence has a position after the cut (T <= 1)")
     mask = future_mask(problem, t)
-    with_final = kernel.capabilities.final_state
-    base = attempt(kernel, problem, output_final_state=with_final)
-    other = attempt(kernel, _perturbed(problem, mask, spec.seed), output_final_state=with_final)
-    failures = [f"{label}: {r}" for label, r in (("x", base), ("x'", other)) if isinstance(r, str)]
-    if isinstance(base, str) or isinstance(other, str):
-        return finish(prop, kernel, spec, failures, {"t": t})
+    problem = replace(problem, output_final_state=kernel.capabilities.final_state)
+    base = run_kernel(kernel, problem)
+    other = run_kernel(kernel, _perturbed(problem, mask, spec.seed))
     condition = f"after changing the inputs at positions > t={t}"
     past = (~mask)[..., None, None]
-    worst_diff, worst_index, mismatches = 0.0, None, 0
-    o = base.outputs["o"]
     # Future rows may differ; copy them over so indices stay those of [B, T, H, V].
-    o2 = torch.where(past, other.outputs["o"], o)
-    message, diff, index = bitwise_message(f"o at positions <= {t}", o2, o, condition)
-    if message is not None:
-        failures.append(message)
-        worst_diff, worst_index, mismatches = diff, index, 1
+    o2 = torch.where(past, other.o, base.o)
+    comparisons = [
+        compare_bitwise(f"o[t<={t}]", o2, base.o, subject=kernel.name, condition=condition)
+    ]
     done = [n for n, _, start, end in problem.sequences() if end - start <= t + 1]
     for name in ("final_state", "final_key_sum"):
         if name in base.outputs and done:
-            message, diff, _ = bitwise_message(
-                f"{name} of sequences {done} (length <= {t + 1})",
-                other.outputs[name][done],
-                base.outputs[name][done],
-                condition,
+            comparisons.append(
+                compare_bitwise(
+                    f"{name}[sequences {done}, length <= {t + 1}]",
+                    other.outputs[name][done],
+                    base.outputs[name][done],
+                    subject=kernel.name,
+                    condition=condition,
+                )
             )
-            if message is not None:
-                failures.append(message)
-                worst_diff = max(worst_diff, diff)
-                mismatches += 1
-    scores = {"t": float(t), "mismatches": float(mismatches), "max_abs_diff": worst_diff}
-    return finish(prop, kernel, spec, failures, scores, worst_index, summary=f"t={t}")
+    return case.judged(comparisons, notes=[f"cut t={t} (sequence-local, 0-based)"])
 
 
+@property_function
 def causal_gradients_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     """Check that past outputs have exactly zero gradient with respect to future inputs.
 
@@ -134,46 +125,37 @@ def causal_gradients_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         kernel: The kernel under test.
 
     Returns:
-        The `PropertyResult`; scores ``t`` and ``max_abs_future_grad``.
+        The `PropertyResult`: per gradient, a bitwise comparison ``"d<x>[t><t>]"`` of the
+        gradient (zeroed at positions <= t) with 0; the cut t in its notes.
     """
-    prop = "causal_gradients_exact"
-    problem = spec.build()
-    reason = kernel.supports(problem)
-    if reason is not None:
-        return skipped(prop, kernel, spec, reason)
-    if not kernel.capabilities.backward:
-        return skipped(prop, kernel, spec, f"{kernel.name}: no backward support")
+    case = prepare_case("causal_gradients_exact", spec, kernel, backward=True)
+    if isinstance(case, PropertyResult):
+        return case
+    problem = case.problem
     t = _cut(problem, spec.seed)
     if t is None:
-        return skipped(prop, kernel, spec, "no sequence has a position after the cut (T <= 1)")
+        return case.not_applicable("no sequence has a position after the cut (T <= 1)")
     mask = future_mask(problem, t)
     keep = (~mask)[..., None, None]
-    run = attempt(kernel, problem, cotangent_seed=spec.seed + 1, do_mask=keep)
-    if isinstance(run, str):
-        return finish(prop, kernel, spec, [run], {"t": float(t)})
-    failures = []
-    worst, worst_index = 0.0, None
+    run = run_kernel(kernel, problem, cotangent_seed=spec.seed + 1, do_mask=keep)
+    condition = f"to 0 (the cotangent vanishes at positions > t={t})"
+    comparisons = []
     for name in ("q", "k", "v", "g"):
         grad = run.filled_grads.get(name)
         if grad is None:
             continue
         m = mask.reshape(*mask.shape, *([1] * (grad.ndim - 2)))
         future = torch.where(m, grad, torch.zeros((), dtype=grad.dtype))
-        bad = future != 0
-        if bool(bad.any()):
-            magnitude = future.abs().double().nan_to_num(nan=float("inf"))
-            flat = int(torch.argmax(magnitude))
-            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), grad.shape))
-            count = int(m.expand_as(grad).sum())
-            failures.append(
-                f"d{name} at positions > t={t} is not exactly zero although the cotangent "
-                f"vanishes there!\nNonzero elements: {int(bad.sum())} / {count}"
-                f"\nGreatest: {float(grad[index]):.6g} at index {index} (0 allowed)"
+        comparisons.append(
+            compare_bitwise(
+                f"d{name}[t>{t}]",
+                future,
+                torch.zeros_like(future),
+                subject=kernel.name,
+                condition=condition,
             )
-            if float(magnitude.max()) >= worst:
-                worst, worst_index = float(magnitude.max()), index
-    scores = {"t": float(t), "max_abs_future_grad": worst}
-    return finish(prop, kernel, spec, failures, scores, worst_index, summary=f"t={t}")
+        )
+    return case.judged(comparisons, notes=[f"cut t={t} (sequence-local, 0-based)"])
 
 
 __all__ = ["causal_gradients_exact", "causal_outputs_exact", "future_mask"]

@@ -1,5 +1,5 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Compile invariance (BUG_CLASSES.md, "compile and device"): torch.compile changes nothing.
+"""Compile invariance (docs/bug-classes.md, "compile and device"): torch.compile changes nothing.
 
 Compiled with dynamo's ``eager`` backend, the captured graph runs the very operators the eager
 kernel runs, so o and the final state must be bit-identical. What this catches is Python that
@@ -22,10 +22,11 @@ from dataclasses import replace
 
 import torch
 
-from linattn_properties._support import attempt, bitwise_message, finish, skipped
+from linattn_properties._support import prepare_case, property_function, run_kernel
+from linattn_verify.compare import compare_bitwise
 from linattn_verify.kernel import Kernel
+from linattn_verify.results import PropertyResult
 from linattn_verify.strategies import ProblemSpec
-from linattn_verify.verdict import PropertyResult
 
 NAME = "compiled_matches_eager"
 
@@ -46,52 +47,53 @@ def _launches_opaque() -> Iterator[None]:
         InterpretedFunction.run = original
 
 
+@property_function
 def compiled_matches_eager(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
-    """Check that ``torch.compile(kernel)`` returns o and the final state bit-identically."""
-    problem = kernel.prepare(
-        replace(spec.build(), output_final_state=kernel.capabilities.final_state)
-    )
-    reason = kernel.supports(problem)
-    if reason is not None:
-        return skipped(NAME, kernel, spec, reason)
-    eager = attempt(kernel, problem)
-    if isinstance(eager, str):
-        return finish(NAME, kernel, spec, [f"eager call: {eager}"], {})
+    """Check that ``torch.compile(kernel)`` returns o and the final state bit-identically.
+
+    With f the kernel and f_c = torch.compile(f, backend="eager", dynamic=False), on the case
+    with the final state requested whenever the kernel can return it:
+
+        f_c(x) ≡ f(x)    for o, S_T (and z_T)    (≡: bit-identical, NaN equal to NaN)
+
+    Args:
+        spec: The case.
+        kernel: The kernel under test.
+
+    Returns:
+        The `PropertyResult`: one bitwise comparison per output (subject the kernel, condition
+        ``"under torch.compile"``). A kernel that fails while traced fails the property, the
+        message naming ``"<kernel> under torch.compile"``.
+    """
+    case = prepare_case(NAME, spec, kernel, final_state=kernel.capabilities.final_state)
+    if isinstance(case, PropertyResult):
+        return case
+    problem = case.problem
+    eager = run_kernel(kernel, problem)
     torch._dynamo.reset()
     try:
         compiled_fn = torch.compile(kernel.fn, backend="eager", dynamic=False)
+        compiled = replace(kernel, name=f"{kernel.name} under torch.compile", fn=compiled_fn)
         # Dynamo's own warnings (graph breaks, deprecations) are not the kernel's.
         with warnings.catch_warnings(), _launches_opaque():
             warnings.simplefilter("ignore")
-            traced = attempt(replace(kernel, fn=compiled_fn), problem)
+            traced = run_kernel(compiled, problem)
     finally:
         torch._dynamo.reset()
-    if isinstance(traced, str):
-        return finish(NAME, kernel, spec, [f"under torch.compile: {traced}"], {})
-    failures, worst, worst_index = [], 0.0, None
-    expected = eager.outputs
-    got = traced.outputs
+    expected, got = eager.outputs, traced.outputs
+    findings = []
     if set(got) != set(expected):
-        failures.append(
+        findings.append(
             f"under torch.compile the kernel returned {sorted(got)}, not {sorted(expected)}"
         )
-    for name in sorted(set(got) & set(expected)):
-        message, diff, index = bitwise_message(
-            name, got[name], expected[name], "under torch.compile"
+    comparisons = [
+        compare_bitwise(
+            name, got[name], expected[name], subject=kernel.name, condition="under torch.compile"
         )
-        if message:
-            failures.append(message)
-            if diff >= worst:
-                worst, worst_index = diff, index
-    return finish(
-        NAME,
-        kernel,
-        spec,
-        failures,
-        {"max_abs_diff": worst},
-        worst_index,
-        summary="compiled outputs bit-identical to eager",
-    )
+        for name in sorted(set(got) & set(expected))
+    ]
+    notes = ["compiled with torch.compile(backend='eager', dynamic=False)"]
+    return case.judged(comparisons, findings=findings, notes=notes)
 
 
 __all__ = ["compiled_matches_eager"]

@@ -1,35 +1,37 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""The calling contract of a kernel (DESIGN.md §4, §8.9), and the helpers every property uses.
+"""The calling contract of a kernel (docs/design.md §4, §8.9).
 
 `contract_holds` checks what a correct *function* cannot tell apart from a correct *kernel*:
 shapes and dtypes, inputs left alone, layout independence, determinism, and no reads of
-uninitialised memory. The helpers it uses (`run_kernel`, `bitwise_message`, `compare_within`,
-...) live in `linattn_properties._support`, shared by every property.
+uninitialised memory. It runs the kernel several times and reports every broken item, so it
+alone among the properties catches `KernelFailure` itself (one finding per failed run).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import torch
 
 from linattn_properties._support import (
+    KernelFailure,
     KernelRun,
-    attempt,
-    bitwise_message,
-    compare_within,
-    finish,
     nan_poisoned_allocations,
+    prepare_case,
+    property_function,
     relayout,
     run_bounds,
-    skipped,
+    run_kernel,
 )
+from linattn_verify.compare import Comparison, Side, compare_bitwise, compare_pair
 from linattn_verify.kernel import Kernel
+from linattn_verify.results import PropertyResult
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec, random_cotangents
 from linattn_verify.tolerance import TensorBound
-from linattn_verify.verdict import PropertyResult
 
 
 def _transposed(x: torch.Tensor) -> torch.Tensor:
@@ -52,18 +54,23 @@ def _snapshot(problem: Problem) -> dict[str, torch.Tensor]:
     return {n: t.detach().clone() for n, t in named.items()}
 
 
-def _inputs_unmodified(problem: Problem, before: Mapping[str, torch.Tensor]) -> list[str]:
+def _inputs_unmodified(
+    kernel: Kernel, problem: Problem, before: Mapping[str, torch.Tensor], when: str
+) -> list[Comparison]:
     after = _snapshot(problem)
-    failures = []
-    for name, old in before.items():
-        message, _, _ = bitwise_message(f"input {name}", after[name], old, "after the call")
-        if message is not None:
-            failures.append(message.replace("is not bit-identical", "was modified in place"))
-    return failures
+    condition = f"{when} (modified in place)"
+    return [
+        compare_bitwise(f"input {name}", after[name], old, subject=kernel.name, condition=condition)
+        for name, old in before.items()
+    ]
 
 
 class _Judge:
-    """Compares a run with the reference run: bitwise, or within 2B for nondeterministic kernels."""
+    """Compares runs with a reference run: bitwise, or |a - b| <= 2B for nondeterministic kernels.
+
+    Collects the comparisons, the findings (a failed run, a missing tensor) and whether every
+    run was bit-identical to the reference.
+    """
 
     def __init__(
         self, kernel: Kernel, problem: Problem, reference: KernelRun, seed: int | None = None
@@ -72,38 +79,52 @@ class _Judge:
         self.exact = kernel.capabilities.deterministic
         self._bounds: dict[str, TensorBound] | None = None
         self.bit_identical = True
-        self.max_r = 0.0
+        self.comparisons: list[Comparison] = []
+        self.findings: list[str] = []
+        self.notes: list[str] = []
 
-    def __call__(self, run: KernelRun | str, condition: str) -> list[str]:
-        if isinstance(run, str):
-            return [f"run {condition}: {run}"]
-        failures = []
+    def run(
+        self,
+        problem: Problem,
+        condition: str,
+        *,
+        during: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        **options: Any,
+    ) -> None:
+        """Run the kernel on ``problem`` (inside ``during()``) and judge the run.
+
+        ``condition`` says what changed, for the messages; ``options`` go to `run_kernel`.
+        """
+        try:
+            with during():
+                run = run_kernel(self.kernel, problem, **options)
+        except KernelFailure as exc:
+            self.findings.append(f"run {condition}: {exc}")
+            return
         for name, expected in self.reference.everything().items():
             actual = run.everything().get(name)
             if actual is None:
-                failures.append(f"{name} missing from the run {condition}")
+                self.findings.append(f"{name} missing from the run {condition}")
                 continue
-            message, _, _ = bitwise_message(name, actual, expected, condition)
-            self.bit_identical &= message is None
-            if message is None or self.exact:
-                failures += [] if message is None else [message]
-                continue
-            bound = self._bound(name)
-            if bound is None:
-                failures.append(message + " (no error bound for this tensor)")
-                continue
-            c = compare_within(
-                name,
-                actual,
-                expected.double(),
-                2 * bound.bound,
-                magnitude=bound.magnitude,
-                unit=bound.unit,
+            bitwise = compare_bitwise(
+                name, actual, expected, subject=self.kernel.name, condition=condition
             )
-            self.max_r = max(self.max_r, c.max_r)
-            if not c.ok:
-                failures.append(f"{c.message(self.kernel.name)} ({condition}, sum of 2 bounds)")
-        return failures
+            self.bit_identical &= bitwise.ok
+            bound = None if bitwise.ok or self.exact else self._bound(name)
+            if bound is None:
+                if not (bitwise.ok or self.exact):
+                    self.notes.append(f"{name}: no error bound, judged bit for bit")
+                self.comparisons.append(bitwise)
+                continue
+            # Two runs of one problem, each within its bound B of the exact value.
+            self.comparisons.append(
+                compare_pair(
+                    name,
+                    Side.of(f"{self.kernel.name} {condition}", actual, bound),
+                    Side.of("the reference run", expected, bound),
+                    bound.reference,
+                )
+            )
 
     def _bound(self, name: str) -> TensorBound | None:
         if self._bounds is None:
@@ -114,6 +135,7 @@ class _Judge:
         return self._bounds.get(name)
 
 
+@property_function
 def contract_holds(spec: ProblemSpec, kernel: Kernel, *, backward: bool = True) -> PropertyResult:
     """Check the calling contract of a kernel on one case.
 
@@ -123,10 +145,10 @@ def contract_holds(spec: ProblemSpec, kernel: Kernel, *, backward: bool = True) 
       (``[N, H, K]``) and dtype float32; nothing is NaN;
     * every input (and ``cu_seqlens``) is bitwise unchanged by the call (and the backward);
     * f(x) ≡ f(x) (bit-identical rerun) when the kernel claims determinism, else
-      |f(x) - f(x)| <= 2B with B the error model's bound;
+      |f(x) - f(x)| <= B + B with B the error model's bound;
     * f(transposed-stride x) ≡ f(x) and f(x as a slice of a larger NaN-filled tensor) ≡ f(x);
     * with `torch.empty`/`torch.empty_like` returning NaN-filled tensors, outputs (and
-      gradients, when backward is supported) are unchanged: ≡ (or within 2B).
+      gradients, when backward is supported) are unchanged: ≡ (or within B + B).
 
     Args:
         spec: The case.
@@ -134,41 +156,46 @@ def contract_holds(spec: ProblemSpec, kernel: Kernel, *, backward: bool = True) 
         backward: Include the gradients in the NaN-poisoning check. Default: `True`.
 
     Returns:
-        The `PropertyResult`; scores ``bit_identical`` (1.0 if every rerun was bit-identical)
-        and ``max_r`` (nondeterministic kernels).
+        The `PropertyResult`: bitwise comparisons of every input with its value before the
+        calls (``"input <name>"``) and of every tensor of every rerun with the reference run
+        (pairwise within B + B for a nondeterministic kernel whose bits differ); a failed run is
+        a finding; whether every rerun was bit-identical is in its notes.
     """
-    prop = "contract_holds"
-    built = spec.build()
-    reason = kernel.supports(built)
-    if reason is not None:
-        return skipped(prop, kernel, spec, reason)
+    case = prepare_case("contract_holds", spec, kernel)
+    if isinstance(case, PropertyResult):
+        return case
     # The reference run takes contiguous inputs; the case's own layout is one of the variants.
-    problem = relayout(built, lambda x: x.contiguous())
+    problem = relayout(case.problem, lambda x: x.contiguous())
     before = _snapshot(problem)
-    first = attempt(kernel, problem)
-    if isinstance(first, str):
-        return finish(prop, kernel, spec, [first], {})
-    failures = _inputs_unmodified(problem, before)
+    first = run_kernel(kernel, problem)
+    comparisons = _inputs_unmodified(kernel, problem, before, "after the first call")
     judge = _Judge(kernel, problem, first)
-    failures += judge(attempt(kernel, problem), "on a rerun")
-    failures += judge(
-        attempt(kernel, relayout(problem, _transposed)), "with transposed-stride inputs"
-    )
-    failures += judge(
-        attempt(kernel, relayout(problem, _sliced)), "with inputs sliced from larger tensors"
-    )
+    judge.run(problem, "on a rerun")
+    judge.run(relayout(problem, _transposed), "with transposed-stride inputs")
+    judge.run(relayout(problem, _sliced), "with inputs sliced from larger tensors")
     seed = spec.seed + 1 if backward and kernel.capabilities.backward else None
-    clean = attempt(kernel, problem, cotangent_seed=seed) if seed is not None else first
-    if isinstance(clean, str):
-        return finish(prop, kernel, spec, [*failures, f"backward: {clean}"], {})
-    failures += _inputs_unmodified(problem, before)
-    with nan_poisoned_allocations():
-        poisoned = attempt(kernel, problem, cotangent_seed=seed)
-    poisoned_judge = _Judge(kernel, problem, clean, seed)
-    failures += poisoned_judge(poisoned, "with torch.empty/empty_like returning NaN-filled memory")
-    bit = judge.bit_identical and poisoned_judge.bit_identical
-    scores = {"bit_identical": float(bit), "max_r": max(judge.max_r, poisoned_judge.max_r)}
-    return finish(prop, kernel, spec, failures, scores, summary=f"bit_identical={bit}")
+    comparisons += judge.comparisons
+    findings, notes = judge.findings, judge.notes
+    clean = first
+    if seed is not None:
+        try:
+            clean = run_kernel(kernel, problem, cotangent_seed=seed)
+        except KernelFailure as exc:
+            return case.judged(comparisons, findings=[*findings, f"backward: {exc}"], notes=notes)
+    comparisons += _inputs_unmodified(kernel, problem, before, "after the reruns")
+    poisoned = _Judge(kernel, problem, clean, seed)
+    poisoned.run(
+        problem,
+        "with torch.empty/empty_like returning NaN-filled memory",
+        during=nan_poisoned_allocations,
+        cotangent_seed=seed,
+    )
+    comparisons += poisoned.comparisons
+    findings += poisoned.findings
+    notes += poisoned.notes
+    bit = judge.bit_identical and poisoned.bit_identical
+    notes.append(f"every rerun bit-identical: {bit}")
+    return case.judged(comparisons, findings=findings, notes=notes)
 
 
 __all__ = ["contract_holds"]

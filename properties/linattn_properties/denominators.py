@@ -1,5 +1,5 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Denominator stability of normalized outputs (DESIGN.md §8.4, ERROR_MODEL.md §3).
+"""Denominator stability of normalized outputs (docs/design.md §8.4, docs/error-model.md §3).
 
 The oracle comparison judges certified elements by r and every element by the residual η; this
 property adds what that comparison lets through on purpose: a NaN on an unverifiable row (the
@@ -10,15 +10,21 @@ row, defined to be 0).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from linattn_properties._support import attempt, finish, run_bounds, skipped
-from linattn_verify.compare import compare
+from linattn_properties._support import prepare_case, property_function, run_bounds, run_kernel
+from linattn_verify.compare import compare, compare_bitwise
 from linattn_verify.kernel import Kernel
+from linattn_verify.results import PropertyResult
 from linattn_verify.strategies import ProblemSpec
-from linattn_verify.verdict import PropertyResult
+
+ZERO_ROWS = "to 0 on rows whose exact denominator is 0 (the 0/0 row, defined as 0)"
+"""The condition of the bitwise comparison of the 0/0 rows with 0."""
 
 
+@property_function
 def denominator_stable(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     """Check that a normalized output is as stable as its quotient's conditioning allows.
 
@@ -36,61 +42,44 @@ def denominator_stable(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         kernel: The kernel under test.
 
     Returns:
-        The `PropertyResult`; scores ``max_r``, ``max_eta``, ``max_eps_influence`` (eps/Z),
-        ``unverifiable_rows``, ``zero_rows``.
+        The `PropertyResult`: the oracle comparison of o (its scores: r, η, eps/Z; its counts:
+        the unverifiable elements and, as undefined, those of the 0/0 rows) and the bitwise
+        comparison ``"o[Z=0]"`` of the 0/0 rows with 0; an inf where none is admissible is a
+        finding.
     """
-    prop = "denominator_stable"
-    problem = spec.build()
-    reason = kernel.supports(problem)
-    if reason is not None:
-        return skipped(prop, kernel, spec, reason)
+    case = prepare_case("denominator_stable", spec, kernel)
+    if isinstance(case, PropertyResult):
+        return case
+    problem = case.problem
     if not problem.normalize:
-        return skipped(prop, kernel, spec, "unnormalized output has no denominator")
-    run = attempt(kernel, problem)
-    if isinstance(run, str):
-        return finish(prop, kernel, spec, [run], {})
-    o = run.outputs["o"]
+        return case.not_applicable("unnormalized output has no denominator")
+    o = run_kernel(kernel, problem).o
     bound = run_bounds(kernel, problem)["o"]
     res = bound.residual
     assert res is not None
-    failures = []
-    c = compare(o, bound)
-    if not c.ok:
-        failures.append(c.message(kernel.name))
     Z, BZ = res.denominator, res.denominator_bound
     x = o.double()
     zero_rows = (Z == 0).expand_as(x)
-    wrong_zero = zero_rows & (x != 0)
-    worst = c.worst_index
-    if bool(wrong_zero.any()):
-        index = _first(wrong_zero)
-        failures.append(
-            "o is not 0 on a row whose exact denominator is 0 (the 0/0 row, defined as 0)!\n"
-            f"Mismatched elements: {int(wrong_zero.sum())} / {int(zero_rows.sum())}\n"
-            f"First at index {index}: got {float(x[index]):.9g} (0 required)"
-        )
-        worst = index
+    oracle = compare(o, bound, subject=kernel.name)
+    # N/Z is undefined on the 0/0 rows (the convention's 0 is judged bitwise below).
+    oracle = replace(oracle, counts=replace(oracle.counts, undefined=int(zero_rows.sum())))
+    zero = torch.zeros_like(o)
+    on_zero_rows = compare_bitwise(
+        "o[Z=0]", torch.where(zero_rows, o, zero), zero, subject=kernel.name, condition=ZERO_ROWS
+    )
+    findings = []
     ceiling = (res.numerator.abs() + res.numerator_bound) / (Z.abs() - BZ).clamp(min=0)
     may_overflow = (Z.abs() <= BZ) | (ceiling >= torch.finfo(o.dtype).max)
     bad_inf = torch.isinf(x) & ~may_overflow
     if bool(bad_inf.any()):
         index = _first(bad_inf)
-        failures.append(
+        findings.append(
             "o is infinite where the denominator is certified nonzero and the quotient is "
             f"bounded!\nInfinite elements: {int(bad_inf.sum())} / {x.numel()}\n"
             f"First at index {index}: |Z| = {float(Z[index[:-1]][0]):.3g} > B^Z = "
             f"{float(BZ[index[:-1]][0]):.3g}, |o| <= {float(ceiling[index[:-1]][0]):.3g}"
         )
-        worst = index
-    unverifiable_rows = int((~bound.verifiable).any(dim=-1).sum())
-    scores = {
-        "max_r": c.max_r,
-        "max_eta": c.max_eta or 0.0,
-        "max_eps_influence": c.max_eps_influence or 0.0,
-        "unverifiable_rows": float(unverifiable_rows),
-        "zero_rows": float(int((Z == 0).sum())),
-    }
-    return finish(prop, kernel, spec, failures, scores, worst, summary=c.summary())
+    return case.judged([oracle, on_zero_rows], findings=findings)
 
 
 def _first(mask: torch.Tensor) -> tuple[int, ...]:

@@ -1,5 +1,5 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Exactness on dyadic inputs (DESIGN.md §8.10, ERROR_MODEL.md §0.6 and §7).
+"""Exactness on dyadic inputs (docs/design.md §8.10, docs/error-model.md §0.6 and §7).
 
 Tolerance tests cannot see a bug smaller than the bound. On inputs that are small integers times
 powers of two, with a rational feature map (identity or relu), no decay (or g = 0 exactly) and a
@@ -20,15 +20,22 @@ from typing import Any
 
 import torch
 
-from linattn_properties._support import attempt, bitwise_message, finish, skipped
+from linattn_properties._support import (
+    PreparedCase,
+    not_applicable,
+    property_function,
+    run_kernel,
+)
+from linattn_verify.compare import FAIL_THRESHOLD, Comparison, compare_bitwise, compare_within
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Kernel
 from linattn_verify.oracles.exact import exact_oracle
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe, dtype_name
+from linattn_verify.results import PropertyResult
 from linattn_verify.semantics import Problem, validate_problem
 from linattn_verify.strategies import ProblemSpec
-from linattn_verify.verdict import PropertyResult
+from linattn_verify.typing import torch_dtype
 
 _RANGES = (15, 7, 3, 1)
 """Largest |integer| of the inputs, tried from the seed's pick downward until exact."""
@@ -94,9 +101,7 @@ def _dyadic_problem(
     gen = torch.Generator().manual_seed(spec.seed ^ 0xD1AD)
     rng = random.Random(spec.seed)
     e_q, e_k, e_v, e_s = (rng.randint(-3, 2) for _ in range(4))
-    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}.get(
-        spec.dtype, torch.float64
-    )
+    dtype = torch_dtype(spec.dtype)
     B, T, H, K, V = spec.B, spec.T, spec.H, spec.K, spec.V
     N = B if spec.segments is None else len(spec.segments)
 
@@ -148,9 +153,7 @@ def _dyadic_problem(
 
 def _exact_case(spec: ProblemSpec, kernel: Kernel, feature_map: str) -> tuple[Problem, int] | str:
     """Return the densest, widest dyadic problem whose every partial sum is exact."""
-    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}.get(
-        spec.dtype, torch.float64
-    )
+    dtype = torch_dtype(spec.dtype)
     recipe = kernel.precision_recipe(dtype)
     p = precision_bits(recipe, dtype)
     p_out = min(p, _bits(UNIT_ROUNDOFF[dtype_name(dtype)]))
@@ -172,6 +175,7 @@ def _exact_case(spec: ProblemSpec, kernel: Kernel, feature_map: str) -> tuple[Pr
     return "no dyadic input of this shape keeps every partial sum exact"
 
 
+@property_function
 def dyadic_inputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     """Check that a kernel is exact where floating-point arithmetic is.
 
@@ -190,75 +194,80 @@ def dyadic_inputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         kernel: The kernel under test.
 
     Returns:
-        The `PropertyResult`; scores ``range`` (R), ``mismatches`` and ``max_abs_diff``.
+        The `PropertyResult`: one comparison per output with the exact result, bitwise except
+        a normalized o (within the final roundings); R, the feature map and the dyadic problem
+        in its notes.
     """
     prop = "dyadic_inputs_exact"
     maps = kernel.capabilities.feature_maps
     choices = [m for m in ("identity", "relu") if m in maps]
     if not choices:
-        return skipped(prop, kernel, spec, f"{kernel.name}: feature maps {maps} are irrational")
+        return not_applicable(
+            prop, kernel, spec, f"{kernel.name}: feature maps {maps} are irrational"
+        )
     feature_map = spec.feature_map if spec.feature_map in choices else choices[0]
     try:
         built = _exact_case(spec, kernel, feature_map)
     except InvalidArgument as exc:
-        return skipped(prop, kernel, spec, f"case not expressible: {exc}")
+        return not_applicable(prop, kernel, spec, f"case not expressible: {exc}")
     if isinstance(built, str):
-        return skipped(prop, kernel, spec, built)
+        return not_applicable(prop, kernel, spec, built)
     problem, limit = built
     reason = kernel.supports(problem)
     if reason is not None:
-        return skipped(prop, kernel, spec, reason)
-    run = attempt(kernel, problem)
-    if isinstance(run, str):
-        return finish(prop, kernel, spec, [run], {})
+        return not_applicable(prop, kernel, spec, reason)
+    # The property's problem is the dyadic one built above, not the spec's own: `prepare_case`
+    # would judge (and build) the wrong problem.
+    case = PreparedCase(prop, spec, kernel, problem, kernel.precision_recipe(problem.q.dtype))
+    run = run_kernel(kernel, problem)
     o_exact, final = exact_oracle(problem)
     expected: dict[str, torch.Tensor] = {"o": o_exact}
     if isinstance(final, tuple):
         expected["final_state"], expected["final_key_sum"] = final
     elif isinstance(final, torch.Tensor):
         expected["final_state"] = final
-    failures: list[str] = []
-    worst, worst_index, mismatches = 0.0, None, 0
     condition = f"to the exact result (dyadic inputs, |n| <= {limit}, every sum exact)"
+    comparisons = []
     for name, actual in run.outputs.items():
         exact = expected[name]
         if name == "o" and problem.normalize:
-            message, diff, index = _quotient_check(kernel, problem, actual, exact)
+            comparisons.append(_quotient_comparison(case, actual, exact))
         else:
-            message, diff, index = bitwise_message(name, actual, exact.to(actual.dtype), condition)
-        if message is not None:
-            failures.append(message)
-            mismatches += 1
-            if diff >= worst:
-                worst, worst_index = diff, index
-    scores = {"range": float(limit), "mismatches": float(mismatches), "max_abs_diff": worst}
-    summary = f"R={limit} feature_map={feature_map} {problem.describe()}"
-    return finish(prop, kernel, spec, failures, scores, worst_index, summary=summary)
+            comparisons.append(
+                compare_bitwise(
+                    name, actual, exact.to(actual.dtype), subject=kernel.name, condition=condition
+                )
+            )
+    notes = [f"R={limit} (|n| <= R) feature_map={feature_map} {problem.describe()}"]
+    if problem.normalize:
+        notes.append(
+            "normalized o: against the exact quotient o*, |ô - o*| <= (u_div + u_out + 2^-52)|o*| "
+            f"(the allowed shown is that over {FAIL_THRESHOLD:g}: score <= {FAIL_THRESHOLD:g})"
+        )
+    return case.judged(comparisons, notes=notes)
 
 
-def _quotient_check(
-    kernel: Kernel, problem: Problem, actual: torch.Tensor, exact: torch.Tensor
-) -> tuple[str | None, float, tuple[int, ...] | None]:
-    """Compare a normalized output with the exact quotient within the final roundings."""
-    recipe = kernel.precision_recipe(problem.q.dtype)
+def _quotient_comparison(
+    case: PreparedCase, actual: torch.Tensor, exact: torch.Tensor
+) -> Comparison:
+    """Judge a normalized output against the exact quotient within the final roundings.
+
+    The rule allows (u_div + u_out + 2^-52)|o*| itself, not `FAIL_THRESHOLD` times it: the
+    bound the comparison carries is that over S, so that score <= S means within it (and where
+    o* = 0 nothing but 0 passes).
+    """
     u_out = UNIT_ROUNDOFF[dtype_name(actual.dtype)]
-    allowed = (recipe.u_div + u_out + 2.0**-52) * exact.abs()
-    x = actual.double()
-    err = (x - exact).abs().nan_to_num(nan=math.inf)
-    bad = err > allowed
-    if not bool(bad.any()):
-        return None, 0.0, None
-    score = torch.where(bad, err / allowed.clamp(min=1e-300), 0.0)
-    flat = int(torch.argmax(score))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), exact.shape))
-    message = (
-        "o is not the exact quotient up to the division and output rounding!\n"
-        f"Mismatched elements: {int(bad.sum())} / {exact.numel()}\n"
-        f"Greatest error: {float(err[index]):.6g} at index {index} (up to "
-        f"{float(allowed[index]):.3g} = (u_div + u_out)|o| allowed): got {float(x[index]):.9g}, "
-        f"exact {float(exact[index]):.9g}"
+    unit = case.recipe.u_div + u_out + 2.0**-52
+    allowed = unit * exact.abs()
+    return compare_within(
+        "o",
+        actual,
+        exact,
+        allowed / FAIL_THRESHOLD,
+        magnitude=exact.abs(),
+        unit=unit,
+        subject=case.kernel.name,
     )
-    return message, float(err[index]), index
 
 
 __all__ = ["dyadic_inputs_exact", "precision_bits"]

@@ -1,10 +1,10 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Batch and head independence and permutation equivariance (DESIGN.md §8.7).
+"""Batch and head independence and permutation equivariance (docs/design.md §8.7).
 
 Batch rows (or packed sequences) and heads are independent problems. Reordering them, or running
 one of them alone, changes the grid a kernel launches and so may legitimately change the
 rounding; the comparison is therefore within the sum of the two runs' error bounds, and whether
-the runs were bit-identical is reported as a score.
+the runs were bit-identical is noted.
 """
 
 from __future__ import annotations
@@ -14,18 +14,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from linattn_properties._support import (
-    attempt,
-    bitwise_mismatch,
-    compare_within,
-    finish,
-    run_bounds,
-    skipped,
-)
+from linattn_properties._support import prepare_case, property_function, run_bounds, run_kernel
+from linattn_verify.compare import Side, bitwise_mismatch, compare_pair
 from linattn_verify.kernel import Kernel
+from linattn_verify.results import PropertyResult
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec, random_cotangents
-from linattn_verify.verdict import PropertyResult
 
 _ROWS = ("o", "q", "k", "v", "g", "dq", "dk", "dv", "dg")
 """Tensor names laid out ``[B, T, H, ...]``; the others are states ``[N, H, ...]``."""
@@ -64,8 +58,7 @@ class Reindex:
         def st(x: torch.Tensor | None) -> torch.Tensor | None:
             return None if x is None else self.states(x)
 
-        return replace(
-            p,
+        return p.with_tensors(
             q=self.rows(p.q),
             k=self.rows(p.k),
             v=self.rows(p.v),
@@ -119,6 +112,7 @@ def _reindex_state(index: Reindex, d_final: object) -> object:
     return index.states(d_final)
 
 
+@property_function
 def batch_and_head_equivariant(
     spec: ProblemSpec, kernel: Kernel, *, backward: bool = True
 ) -> PropertyResult:
@@ -132,8 +126,8 @@ def batch_and_head_equivariant(
         |f(x[n]) - f(x)[n]| <= B(x[n]) + B(x)[n]         |f(x[:, :, h]) - f(x)[:, :, h]| <= ...
 
     for o and the final state and, when backward is supported, for the gradients of the
-    permuted run (with the permuted cotangents). The comparison rule is that of
-    `linattn_verify.compare` (max r <= 2); unverifiable elements are not judged.
+    permuted run (with the permuted cotangents). The comparison rule is the pairwise one of
+    `linattn_verify.compare` (ratio <= 2); unverifiable elements are not judged.
 
     Args:
         spec: The case (permutations and the chosen n, h come from ``spec.seed``).
@@ -141,17 +135,17 @@ def batch_and_head_equivariant(
         backward: Compare gradients of the permuted run too. Default: `True`.
 
     Returns:
-        The `PropertyResult`; scores ``bit_identical`` (1.0 when every run matched bitwise)
-        and ``max_r``.
+        The `PropertyResult`: a pairwise comparison per tensor of each reindexed run (subject
+        ``"<kernel> with <variant>"``) against the original run, reindexed; whether every run
+        matched it bitwise is in its notes.
     """
-    prop = "batch_and_head_equivariant"
-    problem = spec.build()
-    reason = kernel.supports(problem)
-    if reason is not None:
-        return skipped(prop, kernel, spec, reason)
+    case = prepare_case("batch_and_head_equivariant", spec, kernel)
+    if isinstance(case, PropertyResult):
+        return case
+    problem = case.problem
     N, H = problem.num_sequences, problem.q.shape[2]
     if N == 1 and H == 1:
-        return skipped(prop, kernel, spec, "one sequence and one head: nothing to permute")
+        return case.not_applicable("one sequence and one head: nothing to permute")
     rng = random.Random(spec.seed)
     seed = spec.seed + 1 if backward and kernel.capabilities.backward else None
     nonempty = [n for n, _, start, end in problem.sequences() if end > start]
@@ -173,58 +167,40 @@ def batch_and_head_equivariant(
     if seed is not None:
         do, d_final = random_cotangents(problem, seed)
         cotangents = (do, d_final if problem.output_final_state else None)
-    base = attempt(kernel, problem, cotangents=cotangents)
-    if isinstance(base, str):
-        return finish(prop, kernel, spec, [base], {})
+    base = run_kernel(kernel, problem, cotangents=cotangents)
     base_bounds = run_bounds(kernel, problem, cotangents)
-    failures: list[str] = []
-    bit_identical, max_r = True, 0.0
-    worst_index = None
+    comparisons = []
+    findings: list[str] = []
+    bit_identical = True
     for label, index, with_grads in variants:
         sub = index.problem(problem)
         sub_cotangents = None
         if with_grads and cotangents is not None:
             sub_cotangents = (index.rows(cotangents[0]), _reindex_state(index, cotangents[1]))
-        run = attempt(kernel, sub, cotangents=sub_cotangents)
-        if isinstance(run, str):
-            failures.append(f"{label}: {run}")
-            continue
+        run = run_kernel(kernel, sub, cotangents=sub_cotangents)
         sub_bounds = run_bounds(kernel, sub, sub_cotangents)
         for name, actual in run.everything().items():
             expected = index.apply(name, base.everything()[name])
             bit_identical &= not bool(bitwise_mismatch(actual, expected).any())
             mine, theirs = sub_bounds.get(name), base_bounds.get(name)
             if mine is None or theirs is None:
-                failures.append(f"{label}: no error bound for {name}")
+                findings.append(f"{label}: no error bound for {name}")
                 continue
-            c = compare_within(
-                name,
-                actual,
-                expected.double(),
-                mine.bound + index.apply(name, theirs.bound),
-                magnitude=mine.magnitude,
-                unit=mine.unit,
-            )
-            if c.max_r >= max_r:
-                max_r, worst_index = c.max_r, c.worst_index
-            if not c.ok:
-                failures.append(
-                    c.message(kernel.name).replace(
-                        "is not close to the float64 oracle",
-                        f"with {label} differs from the reordered original run beyond the sum "
-                        "of both runs' bounds",
-                    )
+            comparisons.append(
+                compare_pair(
+                    name,
+                    Side.of(f"{kernel.name} with {label}", actual, mine),
+                    Side(
+                        "the original run, reindexed",
+                        expected,
+                        index.apply(name, theirs.bound),
+                        index.apply(name, theirs.verifiable),
+                    ),
+                    mine.reference,
                 )
-    scores = {"bit_identical": float(bit_identical), "max_r": max_r}
-    return finish(
-        prop,
-        kernel,
-        spec,
-        failures,
-        scores,
-        worst_index,
-        summary=f"bit_identical={bit_identical} max_r={max_r:.3g}",
-    )
+            )
+    notes = [f"every run bit-identical to the original, reindexed: {bit_identical}"]
+    return case.judged(comparisons, findings=findings, notes=notes)
 
 
 __all__ = ["Reindex", "batch_and_head_equivariant", "reindex"]

@@ -1,8 +1,8 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Oracle agreement: a kernel's outputs and gradients lie within the error bound of the oracle.
 
-The machinery the properties share to run a kernel safely (`run_kernel`, `KernelFailure`,
-`make_result`, ...) lives in `linattn_properties._support`.
+The machinery the properties share (`prepare_case`, `run_kernel`, `property_function`) lives in
+`linattn_properties._support`.
 """
 
 from __future__ import annotations
@@ -14,18 +14,20 @@ from dataclasses import replace
 import torch
 
 from linattn_properties._support import (
-    KernelFailure,
-    kernel_recipe,
-    make_result,
+    failed,
+    judged,
+    not_applicable,
+    prepare_case,
+    property_function,
     run_kernel,
 )
-from linattn_verify.compare import Verdict, check_against_oracle
+from linattn_verify.compare import check_against_oracle
 from linattn_verify.feature_maps import apply_feature_map, feature_map_derivative
 from linattn_verify.kernel import Kernel
 from linattn_verify.oracles.parallel import State, parallel_reference
+from linattn_verify.results import PropertyResult
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec, random_cotangents
-from linattn_verify.verdict import PropertyResult
 
 GRADCHECK_EPS = 1e-6
 """Finite-difference step of the gradcheck, in units of each input's scale (see below)."""
@@ -37,31 +39,7 @@ Central differences of N/Z err by about (eps κ)^2 relatively, and their roundof
 beyond κ ~ 1e3 the finite differences, not the reference, would decide the outcome."""
 
 
-def _verdict_result(
-    prop: str, kernel: Kernel, spec: ProblemSpec, verdict: Verdict
-) -> PropertyResult:
-    scores: dict[str, float] = {}
-    for c in verdict.comparisons:
-        scores[f"{c.name}.max_r"] = c.max_r
-        scores[f"{c.name}.max_rho"] = c.max_rho
-        # The per-tensor distribution reports carry (ERROR_MODEL.md §7): p99.9 r, median ρ.
-        scores[f"{c.name}.p999_r"] = c.p999_r
-        scores[f"{c.name}.median_rho"] = c.median_rho
-        if c.max_eta is not None:
-            scores[f"{c.name}.max_eta"] = c.max_eta
-    worst = verdict.worst
-    summary = "" if worst is None else f"worst: {worst.summary()}"
-    return make_result(
-        prop,
-        kernel.name,
-        spec,
-        ok=verdict.ok,
-        message=summary if verdict.ok else verdict.report(),
-        scores=scores,
-        worst_index=None if worst is None else worst.worst_index,
-    )
-
-
+@property_function
 def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     """Check the forward pass against the float64 oracle.
 
@@ -71,30 +49,29 @@ def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         r = |x̂ - x| / B <= 2 on verifiable elements,  η <= 2 (normalized o),
         and x̂ finite wherever x is finite and representable.
 
-    Scores: ``"<tensor>.max_r"``, ``"<tensor>.max_rho"``, ``"<tensor>.p999_r"``,
-    ``"<tensor>.median_rho"`` (and ``"o.max_eta"`` when normalized).
-
     Args:
         spec: The case.
         kernel: The kernel under test.
 
     Returns:
-        The `PropertyResult` (skipped when the kernel does not support the case).
+        The `PropertyResult`: one oracle comparison per tensor (not applicable when the kernel
+        does not support the case).
     """
-    name = "outputs_match_oracle"
-    problem = kernel.prepare(spec.build())
-    reason = kernel.supports(problem)
-    if reason is not None:
-        return make_result(name, kernel.name, spec, skipped=reason)
-    recipe = kernel_recipe(kernel, problem.q.dtype)
-    try:
-        run = run_kernel(kernel, problem, caller_judges=True)
-    except KernelFailure as exc:
-        return make_result(name, kernel.name, spec, ok=False, message=str(exc))
-    verdict = check_against_oracle(problem, run.o, run.final_state, recipe=recipe, name=kernel.name)
-    return _verdict_result(name, kernel, spec, verdict)
+    case = prepare_case("outputs_match_oracle", spec, kernel)
+    if isinstance(case, PropertyResult):
+        return case
+    run = run_kernel(kernel, case.problem, caller_judges=True)
+    result = check_against_oracle(
+        case.problem, run.o, run.final_state, recipe=case.recipe, name=kernel.name
+    )
+    return case.judged(result.comparisons, findings=_findings(result), notes=result.notes)
 
 
+def _findings(result: PropertyResult) -> tuple[str, ...]:
+    return () if result.reason is None else (result.reason,)
+
+
+@property_function
 def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     """Check the backward pass against autograd of the float64 oracle.
 
@@ -111,35 +88,34 @@ def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         kernel: The kernel under test.
 
     Returns:
-        The `PropertyResult` (skipped without backward support or for unsupported cases).
+        The `PropertyResult` (not applicable without backward support or for unsupported
+        cases).
     """
-    name = "gradients_match_oracle"
-    if not kernel.capabilities.backward:
-        return make_result(name, kernel.name, spec, skipped=f"{kernel.name}: no backward")
-    problem = kernel.prepare(spec.build())
-    problem = replace(problem, output_final_state=kernel.capabilities.final_state)
-    reason = kernel.supports(problem)
-    if reason is not None:
-        return make_result(name, kernel.name, spec, skipped=reason)
-    recipe = kernel_recipe(kernel, problem.q.dtype)
+    case = prepare_case(
+        "gradients_match_oracle",
+        spec,
+        kernel,
+        backward=True,
+        final_state=kernel.capabilities.final_state,
+    )
+    if isinstance(case, PropertyResult):
+        return case
+    problem = case.problem
     do, d_final = random_cotangents(problem, spec.seed + 1)
     if not problem.output_final_state:
         d_final = None
-    try:
-        run = run_kernel(kernel, problem, cotangents=(do, d_final), caller_judges=True)
-    except KernelFailure as exc:
-        return make_result(name, kernel.name, spec, ok=False, message=str(exc))
-    verdict = check_against_oracle(
+    run = run_kernel(kernel, problem, cotangents=(do, d_final), caller_judges=True)
+    result = check_against_oracle(
         problem,
         run.o,
         run.final_state,
-        recipe=recipe,
+        recipe=case.recipe,
         grads=run.grads,
         do=do,
         d_final_state=d_final,
         name=kernel.name,
     )
-    return _verdict_result(name, kernel, spec, verdict)
+    return case.judged(result.comparisons, findings=_findings(result), notes=result.notes)
 
 
 def _power_of_two_scale(x: torch.Tensor) -> float:
@@ -229,18 +205,16 @@ def float64_path_passes_gradcheck(
                 del inputs[n]
                 notes.append(f"{n} left out: a coordinate within the step of relu's kink at 0")
     if not inputs:
-        return make_result(name, kernel_name, spec, skipped="; ".join(notes))
+        return not_applicable(name, kernel_name, spec, "; ".join(notes))
     tiny = torch.finfo(torch.float64).tiny
     for n in ("q", "k"):
         features = apply_feature_map(getattr(problem, n), problem.feature_map).abs()
         if bool(((features > 0) & (features < tiny)).any()):
-            # float64 is a sufficient oracle only inside its normal range (ERROR_MODEL.md §6.3);
-            # elu1 of x < -708 is subnormal there, and its products lose all relative accuracy.
-            return make_result(
-                name,
-                kernel_name,
-                spec,
-                skipped=f"φ({n}) has values below float64's normal range",
+            # float64 is a sufficient oracle only inside its normal range (docs/error-model.md
+            # §6.3); elu1 of x < -708 is subnormal there, and its products lose all relative
+            # accuracy.
+            return not_applicable(
+                name, kernel_name, spec, f"φ({n}) has values below float64's normal range"
             )
     rows = torch.ones(problem.q.shape[:3], dtype=torch.bool)
     if problem.normalize:
@@ -262,7 +236,7 @@ def float64_path_passes_gradcheck(
     try:
         out_scales = [_power_of_two_scale(y) for y in outputs(problem)]
     except Exception as exc:
-        return make_result(name, kernel_name, spec, ok=False, message=f"reference raised {exc!r}")
+        return failed(name, kernel_name, spec, f"reference raised {exc!r}")
 
     def f(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         moved = {n: x * scales[n] for n, x in zip(names, xs, strict=True)}
@@ -288,10 +262,8 @@ def float64_path_passes_gradcheck(
                     f"problem: {problem.describe()}",
                 ]
             )
-            return make_result(name, kernel_name, spec, ok=False, message=message)
-    summary = f"gradcheck passed w.r.t. {names}" + "".join(f"; {n}" for n in notes)
-    excluded = float((~rows).sum()) / max(rows.numel(), 1)
-    return make_result(name, kernel_name, spec, message=summary, scores={"excluded_rows": excluded})
+            return failed(name, kernel_name, spec, message)
+    return judged(name, kernel_name, spec, (), notes=[f"gradcheck passed w.r.t. {names}", *notes])
 
 
 __all__ = [

@@ -40,8 +40,8 @@ TARGETS = {
 @pytest.mark.parametrize("target", TARGETS.values(), ids=TARGETS.keys())
 def test_fla_function_passes_check(target: list[str], tmp_path: Path) -> None:
     code = main(["check", *target, *SEARCH, "--report", str(tmp_path)])
-    document = json.loads((tmp_path / "check.json").read_text())
-    failed = [p["message"] for p in document["properties"] if not p["ok"]]
+    verdicts = json.loads((tmp_path / "run.json").read_text())["verdicts"]
+    failed = [v["message"] for v in verdicts if v["status"] == "failed"]
     assert code == EXIT_OK, failed
-    held = [p["property"] for p in document["properties"] if p["status"] == "held"]
+    held = [v["property"] for v in verdicts if v["status"] == "held"]
     assert {"outputs_match_oracle", "gradients_match_oracle", "contract_holds"} <= set(held)

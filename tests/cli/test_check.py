@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,21 +75,32 @@ def _check(target: str, *flags: str, report: Path) -> int:
     )
 
 
+def _verdicts(report: Path) -> list[dict[str, Any]]:
+    """The per-property verdicts of a check, in catalogue order, from its run document."""
+    verdicts: list[dict[str, Any]] = json.loads((report / "run.json").read_text())["verdicts"]
+    return verdicts
+
+
 def test_correct_kernel_passes(target_file: Path, tmp_path: Path) -> None:
     assert _check(f"{target_file}:correct", report=tmp_path / "ok") == EXIT_OK
-    document = json.loads((tmp_path / "ok" / "check.json").read_text())
-    assert document["ok"] is True
-    assert len(document["properties"]) == 14
+    verdicts = _verdicts(tmp_path / "ok")
+    assert len(verdicts) == 14
+    assert not [v for v in verdicts if v["status"] == "failed"]
+    assert {"outputs_match_oracle", "gradients_match_oracle"} <= {
+        v["property"] for v in verdicts if v["status"] == "held"
+    }
 
 
 def test_broken_kernel_fails_with_a_replayable_failure(target_file: Path, tmp_path: Path) -> None:
     report = tmp_path / "bad"
     assert _check(f"{target_file}:drops_initial_state", report=report) == EXIT_FAILED
-    document = json.loads((report / "check.json").read_text())
-    failed = [p for p in document["properties"] if not p["ok"]]
+    failed = [v for v in _verdicts(report) if v["status"] == "failed"]
     assert failed
-    assert all(p["failure_file"] and Path(p["failure_file"]).is_file() for p in failed)
-    assert all("initial_state" in p["message"] for p in failed)
+    assert all(v["failure_file"] and Path(v["failure_file"]).is_file() for v in failed)
+    assert all("initial_state" in v["message"] for v in failed)
+    # The message is the runner's: the report, then the repro, then the replay line, once.
+    for v in failed:
+        assert v["message"].count("Replay: linattn-verify replay") == 1
 
 
 @pytest.mark.parametrize(
@@ -114,11 +126,11 @@ def test_a_check_failure_replays_from_its_saved_target(
 ) -> None:
     report = tmp_path / "bad"
     assert _check(f"{target_file}:drops_initial_state", "--fail-fast", report=report) == EXIT_FAILED
-    document = json.loads((report / "check.json").read_text())
-    failed = [p for p in document["properties"] if not p["ok"]]
+    verdicts = _verdicts(report)
+    failed = [v for v in verdicts if v["status"] == "failed"]
     assert len(failed) == 1, "--fail-fast stops at the first failing property"
-    statuses = [p["status"] for p in document["properties"]]
-    assert set(statuses[statuses.index("FAILED") + 1 :]) <= {"not run"}
+    statuses = [v["status"] for v in verdicts]
+    assert set(statuses[statuses.index("failed") + 1 :]) <= {"not_run"}
     capsys.readouterr()
     # The kernel is not registered: replay loads it from the target saved with the failure.
     assert main(["replay", failed[0]["failure_file"]]) == EXIT_FAILED
@@ -129,8 +141,8 @@ def test_a_crashing_kernel_fails_a_property_in_isolation(target_file: Path, tmp_
     report = tmp_path / "crash"
     code = _check(f"{target_file}:crashes_on_long_inputs", "--isolation", "process", report=report)
     assert code == EXIT_FAILED
-    document = json.loads((report / "check.json").read_text())
-    assert document["isolated"] is True
-    crashed = [p for p in document["properties"] if "SIGSEGV" in p["message"]]
-    assert crashed, [p["message"] for p in document["properties"]]
+    document = json.loads((report / "run.json").read_text())
+    assert document["arguments"]["isolation"] == "process"
+    crashed = [v for v in document["verdicts"] if "SIGSEGV" in v["message"]]
+    assert crashed, [v["message"] for v in document["verdicts"]]
     assert "T=" in crashed[0]["message"], "the message names the case the kernel crashed on"

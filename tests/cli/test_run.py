@@ -30,7 +30,11 @@ def test_run_writes_records_and_summary(tmp_path: Path) -> None:
     assert code == EXIT_OK
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert {r["kernel"] for r in records} == {"triton/chunk", "triton/recurrent"}
-    assert all(r["ok"] and r["tensors"]["o"]["max_r"] <= 2 for r in records)
+    assert all(r["status"] == "held" for r in records)
+    for r in records:
+        (o,) = [c for c in r["comparisons"] if c["tensor"] == "o"]
+        assert o["reference"] == "oracle"
+        assert o["deciding"] <= 2
     document = json.loads((tmp_path / "run.json").read_text())
     assert document["totals"]["cases"] == len(records)
     assert document["totals"]["passed"] == len(records)
@@ -42,14 +46,23 @@ def test_run_rejects_a_kernel_glob_matching_nothing(capsys: pytest.CaptureFixtur
 
 
 def test_run_gives_the_same_verdicts_over_two_workers(tmp_path: Path) -> None:
-    def records(workers: int) -> list[tuple[str, str, str, bool, float]]:
+    def records(workers: int) -> list[tuple[str, str, str, str, list[float]]]:
         out = tmp_path / f"workers-{workers}"
         flags = ["--kernels", "torch/*", "--dtypes", "float32,bfloat16", "--examples", "3"]
         flags += ["--max-seq-len", "10", "--workers", str(workers), "--out", str(out)]
         assert main(["run", *flags]) == EXIT_OK
         lines = (out / "results.jsonl").read_text().splitlines()
         found = [json.loads(line) for line in lines]
-        return sorted((r["kernel"], r["dtype"], r["spec"], r["ok"], r["worst_r"]) for r in found)
+        return sorted(
+            (
+                r["kernel"],
+                r["dtype"],
+                r["case"],
+                r["status"],
+                [c["deciding"] for c in r["comparisons"]],
+            )
+            for r in found
+        )
 
     one, two = records(1), records(2)
     assert len(one) == 3 * 3 * 2

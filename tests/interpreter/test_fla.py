@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from linattn_verify import interpreter
-from linattn_verify.compare import Verdict, check_against_oracle
+from linattn_verify.compare import check_against_oracle
 from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.results import PropertyResult
 from linattn_verify.semantics import validate_problem
 
 pytestmark = [
@@ -78,7 +79,7 @@ def _run(
     normalize: bool,
     name: str,
     recipe: PrecisionRecipe,
-) -> Verdict:
+) -> PropertyResult:
     names = ["q", "k", "v"] + (["g"] if x["g"] is not None else [])
     leaves = {n: x[n].clone().requires_grad_() for n in names}
     o, final = fn(**leaves, output_final_state=True)

@@ -62,7 +62,7 @@ def draw_inputs(case: Any) -> dict[str, Any]:
     """Draw the kernel's arguments for ``case``; differentiable tensors are leaves.
 
     ``case.decay`` is "none", "mild" (g in [-0.1, 0]) or "steep" (g in [-20, 0]); steep decay
-    also sets a gate of exactly 0 and one at the floor (both shipped bugs, BUG_CLASSES.md).
+    also sets a gate of exactly 0 and one at the floor (both shipped bugs, docs/bug-classes.md).
     """
     gen = torch.Generator().manual_seed(case.seed)
     B, T, H, K, V = case.B, case.T, case.H, case.K, case.V

@@ -385,7 +385,7 @@ def test_low_precision_dot_path_matches_oracle(case: Case, monkeypatch: pytest.M
     # Compiled bf16 rounds every dot operand to the input dtype; the interpreter cannot cast to
     # bf16, so this exercises the same code path with fp16 (in range for these inputs), and the
     # recipe declares the casts because it reads the same switch.
-    monkeypatch.setattr(chunk_module, "_low_precision_dots", lambda dtype: dtype == torch.float16)
+    monkeypatch.setattr(chunk_module, "dot_low", lambda dtype: dtype == torch.float16)
     recipe = recipe_of(case)
     assert (recipe.intermediate_dtype, recipe.casts_on_path) == ("input", 3)
     result = run(case)
@@ -409,7 +409,7 @@ def test_precision_recipe_is_a_valid_honest_declaration(dtype: torch.dtype) -> N
     interpreting = chunk_module._backend.INTERPRETING
     # Only compiled bf16 rounds dot operands (the interpreter computes bf16 on raw bits).
     low = dtype == torch.bfloat16 and not interpreting
-    assert chunk_module._low_precision_dots(dtype) is low
+    assert chunk_module.dot_low(dtype) is low
     assert (recipe.intermediate_dtype, recipe.casts_on_path) == (("input", 3) if low else (None, 0))
     if interpreting:
         assert (recipe.dot_precision, recipe.accumulation, recipe.division) == (

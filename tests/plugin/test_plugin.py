@@ -17,22 +17,22 @@ def test_kernel(linattn_kernel):
 """
 
 FAILING_TEST = """
-from linattn_verify.failures import check
+from linattn_verify.results import PropertyResult
+from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec
-from linattn_verify.verdict import PropertyResult
 
 SPEC = ProblemSpec(1, 3, 1, 2, 2, "float32", "identity", False, 0.0, None, "normal", "none",
                    False, False, None, 0)
 
 
 def always_fails(spec, kernel):
-    return PropertyResult("always_fails", kernel.name, spec.describe(), ok=False, message="boom")
+    return PropertyResult("always_fails", kernel.name, spec.describe(), "failed", reason="boom")
 
 
 def test_fails(linattn_kernel, linattn_failures_dir):
     with open("seen_dir.txt", "w") as f:
         f.write(str(linattn_failures_dir))
-    check(always_fails, SPEC, linattn_kernel)
+    check_property(always_fails, SPEC, linattn_kernel)
 """
 
 
@@ -177,3 +177,47 @@ def test_importing_the_plugin_imports_neither_torch_nor_triton() -> None:
     # A fresh interpreter: this process has imported torch long ago.
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+CATALOGUE_FAILURE_TEST = """
+from dataclasses import replace
+
+from linattn_properties.oracle import outputs_match_oracle
+from linattn_verify.registry import get_kernel
+from linattn_verify.running import check_property
+from linattn_verify.strategies import ProblemSpec
+
+SPEC = ProblemSpec(1, 4, 1, 2, 2, "float32", "identity", False, 0.0, None, "normal", "none",
+                   False, False, None, 3)
+REFERENCE = get_kernel("torch/recurrent")
+
+
+def off_by_one(*args, **kwargs):
+    o, state = REFERENCE.fn(*args, **kwargs)
+    return o + 1, state
+
+
+BROKEN = replace(REFERENCE, name="bug/off_by_one", fn=off_by_one)
+
+
+def test_catalogue_property():
+    check_property(outputs_match_oracle, SPEC, BROKEN)
+"""
+
+
+def test_a_failing_property_test_prints_what_check_prints(pytester: pytest.Pytester) -> None:
+    # The project's tests and `linattn-verify check` share one runner (`check_property`): the
+    # failure a test prints is the report, the repro and the replay line a `check` user reads.
+    pytester.makepyfile(CATALOGUE_FAILURE_TEST)
+    result = pytester.runpytest("--linattn-failures", "out")
+    result.assert_outcomes(failed=1)
+    saved = pytester.path / "out" / "outputs_match_oracle-bug_off_by_one.json"
+    result.stdout.fnmatch_lines(
+        [
+            "*outputs_match_oracle FAILED for bug/off_by_one [ProblemSpec(B=1, T=4*",
+            "*bug/off_by_one o is not close to the float64 oracle!*",
+            "*Mismatched elements (score > 1): 8 / 8 (100.0%)*",
+            "*Repro: from linattn_verify.strategies import ProblemSpec; problem = *",
+            f"*Replay: linattn-verify replay {saved}*",
+        ]
+    )

@@ -3,27 +3,28 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, note, target
+from hypothesis import given
 from hypothesis import strategies as st
-from linattn_properties._testing import assert_holds, bug_kernel, example_spec, narrowed
+from linattn_properties._testing import bug_kernel, example_spec, narrowed
 from linattn_properties.algebra import linear_in_values_and_state, normalized_affine_and_convex
 
-from linattn_verify.errors import PropertyViolation
 from linattn_verify.feature_maps import apply_feature_map
 from linattn_verify.kernel import Kernel
 from linattn_verify.reference_kernels import float32_reference
 from linattn_verify.registry import registered_kernels
+from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 
 KERNELS = list(registered_kernels().values())
 
-SMALL = {"max_seq_len": 20, "max_head_dim": 5}
+SMALL: dict[str, Any] = {"max_seq_len": 20, "max_head_dim": 5}
 
 
 base = partial(example_spec, B=2, T=17, seed=5)
@@ -66,50 +67,56 @@ NASTY_AFFINE = {
 
 
 @given(data=st.data())
-def test_linear_in_values_and_state(kernel: Kernel, data: st.DataObject) -> None:
-    if False not in kernel.capabilities.normalize:
-        pytest.skip(f"{kernel.name} has no unnormalized output")
-    steer = narrowed(kernel, normalize=(False,))
+def test_linear_in_values_and_state(linattn_kernel: Kernel, data: st.DataObject) -> None:
+    if False not in linattn_kernel.capabilities.normalize:
+        pytest.skip(f"{linattn_kernel.name} has no unnormalized output")
+    steer = narrowed(linattn_kernel, normalize=(False,))
     spec = data.draw(kernel_specs(steer, **SMALL), label="spec")
-    result = linear_in_values_and_state(spec, kernel)
-    note(result.report())
-    assert result.skipped is None, result.report()
-    target(float(result.scores["max_r"]), label="max_r")
-    result.raise_for_failure()
+    result = check_property(linear_in_values_and_state, spec, linattn_kernel)
+    assert result.status == "held", result.report()
 
 
 @given(data=st.data())
-def test_normalized_affine_and_convex(kernel: Kernel, data: st.DataObject) -> None:
-    maps = tuple(m for m in kernel.capabilities.feature_maps if m in ("elu1", "relu"))
-    if True not in kernel.capabilities.normalize or not maps:
-        pytest.skip(f"{kernel.name} has no normalized output with a feature map >= 0")
-    steer = narrowed(kernel, normalize=(True,), feature_maps=maps)
+def test_normalized_affine_and_convex(linattn_kernel: Kernel, data: st.DataObject) -> None:
+    maps = tuple(m for m in linattn_kernel.capabilities.feature_maps if m in ("elu1", "relu"))
+    if True not in linattn_kernel.capabilities.normalize or not maps:
+        pytest.skip(f"{linattn_kernel.name} has no normalized output with a feature map >= 0")
+    steer = narrowed(linattn_kernel, normalize=(True,), feature_maps=maps)
     spec = data.draw(kernel_specs(steer, **SMALL), label="spec")
-    result = normalized_affine_and_convex(spec, kernel)
-    note(result.report())
-    assert result.skipped is None, result.report()
-    target(max(result.scores.values()), label="max score")
-    result.raise_for_failure()
+    result = check_property(normalized_affine_and_convex, spec, linattn_kernel)
+    assert result.status == "held", result.report()
 
 
 @pytest.mark.cases(NASTY_LINEAR)
-def test_linear_in_values_and_state_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
-    result = linear_in_values_and_state(spec, kernel)
-    assert_holds(result)
+def test_linear_in_values_and_state_on_nasty_cases(
+    linattn_kernel: Kernel, spec: ProblemSpec
+) -> None:
+    result = check_property(linear_in_values_and_state, spec, linattn_kernel)
+    assert result.status == "held", result.report()
 
 
 @pytest.mark.cases(NASTY_AFFINE)
-def test_normalized_affine_and_convex_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
-    result = normalized_affine_and_convex(spec, kernel)
-    assert_holds(result)
+def test_normalized_affine_and_convex_on_nasty_cases(
+    linattn_kernel: Kernel, spec: ProblemSpec
+) -> None:
+    result = check_property(normalized_affine_and_convex, spec, linattn_kernel)
+    assert result.status == "held", result.report()
 
 
-def test_properties_skip_the_other_normalization() -> None:
+def test_properties_do_not_apply_to_the_other_normalization() -> None:
     kernel = KERNELS[-1]
-    assert linear_in_values_and_state(base(**NORMALIZED), kernel).skipped
-    assert normalized_affine_and_convex(base(), kernel).skipped
-    identity = base(**{**NORMALIZED, "feature_map": "identity"})
-    assert normalized_affine_and_convex(identity, kernel).skipped
+    linear = linear_in_values_and_state(base(**NORMALIZED), kernel)
+    assert linear.status == "not_applicable"
+    assert linear.reason == "normalized output is not linear in v"
+    affine = normalized_affine_and_convex(base(), kernel)
+    assert affine.status == "not_applicable"
+    assert affine.reason is not None
+    assert "unnormalized output" in affine.reason
+    identity = normalized_affine_and_convex(
+        base(**{**NORMALIZED, "feature_map": "identity"}), kernel
+    )
+    assert identity.status == "not_applicable"
+    assert identity.reason == "feature_map=identity can be negative"
 
 
 # Meta tests: wrong kernels must fail.
@@ -136,23 +143,60 @@ def eps_inside_the_key_sum(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> 
 
 def test_linear_in_values_and_state_fails_for_a_nonlinear_kernel() -> None:
     result = linear_in_values_and_state(base(), bug_kernel(squares_a_little))
-    assert not result.ok
-    assert "is not" in result.message
-    assert "within the sum of the bounds" in result.message
-    with pytest.raises(PropertyViolation, match="linear_in_values_and_state FAILED"):
-        result.raise_for_failure()
+    assert result.status == "failed"
+    failing = [c for c in result.comparisons if not c.ok]
+    # o is quadratic; the state S_T = Σ k v^T stays linear.
+    assert [c.tensor.partition("(")[0] for c in failing] == ["o"]
+    (o,) = failing
+    assert re.fullmatch(r"o\(-?[\d.]+·\(v1, S1\) [+-] [\d.]+·\(v2, S2\)\)", o.tensor), o.tensor
+    assert o.subject == "bug/squares_a_little"
+    assert o.deciding > 2
+    assert o.counts.mismatched > 0
+    final = [c for c in result.comparisons if c.tensor.startswith("final_state(")]
+    assert len(final) == 1
+    assert final[0].ok
+    message = result.message()
+    assert f"bug/squares_a_little {o.tensor} is not close to" in message, message
+    assert "within B3 + |α| B1 + |β| B2 (the sum of the runs' bounds)" in message, message
 
 
 def test_normalized_affine_and_convex_fails_for_misplaced_eps() -> None:
     spec = base(**{**NORMALIZED, "output_final_state": False})
     kernel = bug_kernel(eps_inside_the_key_sum, final_state=False, initial_state=False)
     result = normalized_affine_and_convex(spec, kernel)
-    assert not result.ok
-    assert "is not o(v) +" in result.message, result.message
+    assert result.status == "failed"
+    affine = result.comparisons[0]
+    assert re.fullmatch(r"o\(v [+-] [\d.]+\)", affine.tensor), affine.tensor
+    assert affine.kind == "oracle"
+    assert not affine.ok
+    assert affine.counts.mismatched > 0
+    message = result.message()
+    assert f"{kernel.name} {affine.tensor} is not close to" in message, message
+    assert "expected: o(v) + c·ρ_t (+ o*(δ)) within B(v + c) + B(v)" in message, message
+
+
+def test_the_hull_check_fails_for_an_output_outside_the_values() -> None:
+    def overshoots(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+        # 2·o(v) - o(v - 1) = o(v) + ρ: affine in v, but leaves the hull by ρ·1.
+        o, final = REFERENCE(q, k, v, g, **kw)
+        return o + (o - REFERENCE(q, k, v - 1, g, **kw)[0]), final
+
+    result = normalized_affine_and_convex(base(**NORMALIZED), bug_kernel(overshoots))
+    assert result.status == "failed"
+    affine, hull = result.comparisons
+    assert affine.ok, affine  # o(v) + ρ_t is affine in v: only the hull catches it
+    assert hull.tensor == "o(v) in ρ_t·hull(v)"
+    assert not hull.ok
+    assert hull.worst is not None
+    # The expected value is the nearest end of the interval: o lies beyond it.
+    assert abs(hull.worst.actual) > abs(hull.worst.expected)
 
 
 def test_algebra_passes_the_correct_twin() -> None:
     twin = replace(bug_kernel(REFERENCE), name="twin")
-    assert linear_in_values_and_state(base(), twin).ok
-    result = normalized_affine_and_convex(base(**NORMALIZED), twin)
-    assert result.ok, result.report()
+    linear = linear_in_values_and_state(base(), twin)
+    assert linear.status == "held", linear.report()
+    assert [c.tensor.partition("(")[0] for c in linear.comparisons] == ["o", "final_state"]
+    affine = normalized_affine_and_convex(base(**NORMALIZED), twin)
+    assert affine.status == "held", affine.report()
+    assert [c.tensor for c in affine.comparisons][1] == "o(v) in ρ_t·hull(v)"

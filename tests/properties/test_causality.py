@@ -3,28 +3,29 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, note, target
+from hypothesis import given
 from hypothesis import strategies as st
 from linattn_properties._testing import bug_kernel, example_spec
 from linattn_properties.causality import causal_gradients_exact, causal_outputs_exact
 
-from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
 from linattn_verify.reference_kernels import float32_reference
 from linattn_verify.registry import registered_kernels
+from linattn_verify.results import PropertyResult
+from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec, kernel_specs
-from linattn_verify.verdict import PropertyResult
 
 KERNELS = list(registered_kernels().values())
 
 # The Triton interpreter costs ~0.05-0.3 s a call at these sizes.
-SMALL = {"max_seq_len": 20, "max_head_dim": 5}
+SMALL: dict[str, Any] = {"max_seq_len": 20, "max_head_dim": 5}
 
 
 base = partial(
@@ -40,36 +41,36 @@ NASTY = {
 }
 
 
-def check(result: PropertyResult) -> None:
-    note(result.report())
-    target(float(result.scores.get("max_abs_diff", result.scores.get("max_abs_future_grad", 0))))
-    result.raise_for_failure()
+def cut(result: PropertyResult) -> int:
+    """The cut t a causality result notes."""
+    (t,) = (int(m[1]) for n in result.notes if (m := re.match(r"cut t=(\d+)", n)))
+    return t
 
 
 @given(data=st.data())
-def test_causal_outputs_exact(kernel: Kernel, data: st.DataObject) -> None:
-    spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
-    check(causal_outputs_exact(spec, kernel))
+def test_causal_outputs_exact(linattn_kernel: Kernel, data: st.DataObject) -> None:
+    spec = data.draw(kernel_specs(linattn_kernel, **SMALL), label="spec")
+    check_property(causal_outputs_exact, spec, linattn_kernel)
 
 
 @given(data=st.data())
-def test_causal_gradients_exact(kernel: Kernel, data: st.DataObject) -> None:
-    spec = data.draw(kernel_specs(kernel, max_seq_len=14, max_head_dim=4), label="spec")
-    check(causal_gradients_exact(spec, kernel))
+def test_causal_gradients_exact(linattn_kernel: Kernel, data: st.DataObject) -> None:
+    spec = data.draw(kernel_specs(linattn_kernel, max_seq_len=14, max_head_dim=4), label="spec")
+    check_property(causal_gradients_exact, spec, linattn_kernel)
 
 
 @pytest.mark.cases(NASTY)
-def test_causality_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
+def test_causality_on_nasty_cases(linattn_kernel: Kernel, spec: ProblemSpec) -> None:
     for prop in (causal_outputs_exact, causal_gradients_exact):
-        result = prop(spec, kernel)
-        assert result.skipped is None, result.report()
-        result.raise_for_failure()
+        result = check_property(prop, spec, linattn_kernel)
+        assert result.status == "held", result.report()
 
 
-def test_t1_is_skipped_not_passed() -> None:
+def test_t1_is_not_applicable_not_passed() -> None:
     result = causal_outputs_exact(base(T=1), KERNELS[0])
-    assert result.ok
-    assert result.skipped is not None
+    assert result.status == "not_applicable"
+    assert result.reason == "no sequence has a position after the cut (T <= 1)"
+    assert result.comparisons == ()
 
 
 # Meta tests: a kernel that peeks at the next token must fail, with where and by how much.
@@ -85,21 +86,44 @@ def reads_one_ahead(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
 
 def test_causal_outputs_exact_fails_for_a_kernel_reading_ahead() -> None:
     result = causal_outputs_exact(base(), bug_kernel(reads_one_ahead, varlen=False))
-    assert not result.ok
-    assert "o at positions <= " in result.message
-    assert "is not bit-identical after changing the inputs at positions >" in result.message
-    assert result.worst_index is not None
+    assert result.status == "failed"
+    t = cut(result)
+    o = result.comparisons[0]
+    assert o.tensor == f"o[t<={t}]"
+    assert o.kind == "bitwise"
+    assert o.other == f"after changing the inputs at positions > t={t}"
+    assert not o.ok
+    assert o.counts.mismatched > 0
+    assert o.worst is not None
     # The first wrong row is the cut itself: it reads the first perturbed token.
-    assert result.worst_index[1] <= result.scores["t"]
-    with pytest.raises(PropertyViolation, match="causal_outputs_exact FAILED"):
-        result.raise_for_failure()
+    assert o.worst.index[1] <= t
+    # Both sequences run past the cut: no final state is expected to stay the same.
+    assert [c.tensor for c in result.comparisons] == [f"o[t<={t}]"]
+    message = result.message()
+    assert (
+        f"bug/reads_one_ahead o[t<={t}] is not bit-identical after changing the inputs at "
+        f"positions > t={t}!"
+    ) in message, message
 
 
 def test_causal_gradients_exact_fails_for_a_kernel_reading_ahead() -> None:
     result = causal_gradients_exact(base(), bug_kernel(reads_one_ahead, varlen=False))
-    assert not result.ok
-    assert "dv at positions > t=" in result.message
-    assert result.scores["max_abs_future_grad"] > 0
+    assert result.status == "failed"
+    t = cut(result)
+    by_tensor = {c.tensor: c for c in result.comparisons}
+    assert set(by_tensor) == {f"dq[t>{t}]", f"dk[t>{t}]", f"dv[t>{t}]", f"dg[t>{t}]"}
+    dv = by_tensor[f"dv[t>{t}]"]
+    assert not dv.ok
+    assert dv.kind == "bitwise"
+    assert dv.deciding > 0
+    assert dv.counts.mismatched > 0
+    assert dv.worst is not None
+    assert dv.worst.expected == 0
+    assert dv.worst.index[1] > t
+    assert (
+        f"dv[t>{t}] is not bit-identical to 0 (the cotangent vanishes at positions > t={t})!"
+        in result.message()
+    )
 
 
 def test_causal_properties_pass_the_correct_twin() -> None:
@@ -108,5 +132,6 @@ def test_causal_properties_pass_the_correct_twin() -> None:
     )
     for prop in (causal_outputs_exact, causal_gradients_exact):
         result = prop(base(), twin)
-        assert result.ok, result.report()
-        assert result.skipped is None
+        assert result.status == "held", result.report()
+        assert result.comparisons
+        assert all(c.kind == "bitwise" and c.deciding == 0 for c in result.comparisons)

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 import torch
-from linattn_properties._testing import assert_holds, bug_kernel, example_spec
+from linattn_properties._testing import bug_kernel, example_spec
 from linattn_properties.compilation import compiled_matches_eager
 
 from linattn_verify.kernel import Kernel
 from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec
 
 base = partial(example_spec, B=2, T=11, K=3, V=5, scale=0.3, seed=5)
@@ -28,8 +29,11 @@ NASTY = {
 
 
 @pytest.mark.cases(NASTY)
-def test_compiled_matches_eager(kernel: Kernel, spec: ProblemSpec) -> None:
-    assert_holds(compiled_matches_eager(spec, kernel))
+def test_compiled_matches_eager(linattn_kernel: Kernel, spec: ProblemSpec) -> None:
+    result = check_property(compiled_matches_eager, spec, linattn_kernel)
+    assert result.status == "held", result.report()
+    assert "o" in {c.tensor for c in result.comparisons}
+    assert all(c.kind == "bitwise" and c.deciding == 0 for c in result.comparisons)
 
 
 _chunk = float32_reference("chunk")
@@ -45,6 +49,29 @@ def drops_scale_when_traced(q: Any, k: Any, v: Any, g: Any = None, **kwargs: Any
 def test_a_kernel_that_changes_under_compile_fails() -> None:
     kernel = bug_kernel(drops_scale_when_traced, form="chunk")
     result = compiled_matches_eager(NASTY["decay-initial-state-fp32"], kernel)
-    assert not result.ok
-    assert "not bit-identical under torch.compile" in result.message
-    assert result.worst_index is not None
+    assert result.status == "failed"
+    by_tensor = {c.tensor: c for c in result.comparisons}
+    assert set(by_tensor) == {"o", "final_state"}
+    o = by_tensor["o"]
+    assert not o.ok
+    assert o.reference == "bitwise:under torch.compile"
+    assert o.counts.mismatched > 0
+    assert o.worst is not None
+    assert "bug/drops_scale_when_traced o is not bit-identical under torch.compile!" in (
+        result.message()
+    )
+
+
+def test_a_kernel_that_breaks_the_contract_when_traced_fails_naming_the_compiled_run() -> None:
+    def widens_when_traced(q: Any, k: Any, v: Any, g: Any = None, **kwargs: Any) -> Any:
+        o, final = _chunk(q, k, v, g, **kwargs)
+        return (o.double() if torch.compiler.is_compiling() else o), final
+
+    kernel = bug_kernel(widens_when_traced, form="chunk")
+    result = compiled_matches_eager(NASTY["decay-initial-state-fp32"], kernel)
+    assert result.status == "failed"
+    assert result.comparisons == ()
+    assert result.reason == (
+        "bug/widens_when_traced under torch.compile returned o of dtype torch.float64, "
+        "expected the input dtype torch.float32"
+    )

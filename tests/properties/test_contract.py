@@ -9,17 +9,18 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, note, target
+from hypothesis import given
 from hypothesis import strategies as st
-from linattn_properties._testing import assert_holds, bug_kernel, example_spec
-from linattn_properties.contract import contract_holds, nan_poisoned_allocations
+from linattn_properties._support import nan_poisoned_allocations
+from linattn_properties._testing import bug_kernel, example_spec
+from linattn_properties.contract import contract_holds
 
-from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
 from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 
-SMALL = {"max_seq_len": 10, "max_head_dim": 4}
+SMALL: dict[str, Any] = {"max_seq_len": 10, "max_head_dim": 4}
 
 
 base = partial(example_spec, B=2, T=13, K=3, V=5, scale=0.3, seed=3)
@@ -34,18 +35,15 @@ NASTY = {
 
 
 @given(data=st.data())
-def test_contract_holds(kernel: Kernel, data: st.DataObject) -> None:
-    spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
-    result = contract_holds(spec, kernel)
-    note(result.report())
-    target(1.0 - float(result.scores.get("bit_identical", 1.0)), label="not bit-identical")
-    result.raise_for_failure()
+def test_contract_holds(linattn_kernel: Kernel, data: st.DataObject) -> None:
+    spec = data.draw(kernel_specs(linattn_kernel, **SMALL), label="spec")
+    check_property(contract_holds, spec, linattn_kernel)
 
 
 @pytest.mark.cases(NASTY)
-def test_contract_holds_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
-    result = contract_holds(spec, kernel)
-    assert_holds(result)
+def test_contract_holds_on_nasty_cases(linattn_kernel: Kernel, spec: ProblemSpec) -> None:
+    result = check_property(contract_holds, spec, linattn_kernel)
+    assert result.status == "held", result.report()
 
 
 def test_nan_poisoning_patches_and_restores_torch_empty() -> None:
@@ -103,31 +101,96 @@ def nondeterministic(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
 @pytest.mark.parametrize(
     ("fn", "expected"),
     [
-        (modifies_input, "input v was modified in place"),
-        (reads_uninitialised, "o holds"),
-        (ignores_strides, "with transposed-stride inputs"),
-        (changes_dtype, "returned o of dtype torch.float16, expected the input dtype"),
-        (nondeterministic, "is not bit-identical on a rerun"),
+        # The run on private copies of the inputs notices the write.
+        (modifies_input, "bug/modifies_input: input v was modified in place by the forward"),
+        # The allocation poisoned with NaN leaks into o.
+        (
+            reads_uninitialised,
+            "run with torch.empty/empty_like returning NaN-filled memory: "
+            "bug/reads_uninitialised: o holds",
+        ),
+        (
+            changes_dtype,
+            "bug/changes_dtype returned o of dtype torch.float16, expected the input dtype",
+        ),
     ],
     ids=lambda x: getattr(x, "__name__", ""),
 )
-def test_contract_holds_fails_for_contract_breakers(fn: Any, expected: str) -> None:
+def test_contract_holds_fails_for_kernels_breaking_the_calling_convention(
+    fn: Any, expected: str
+) -> None:
     result = contract_holds(base(), bug_kernel(fn))
-    assert not result.ok
-    assert expected in result.message, result.message
-    with pytest.raises(PropertyViolation, match="contract_holds FAILED"):
-        result.raise_for_failure()
+    assert result.status == "failed"
+    assert result.reason is not None
+    assert expected in result.reason, result.reason
+    assert expected in result.message()
+
+
+@pytest.mark.parametrize(
+    ("fn", "tensor", "condition"),
+    [
+        (ignores_strides, "o", "with transposed-stride inputs"),
+        (nondeterministic, "o", "on a rerun"),
+    ],
+    ids=lambda x: getattr(x, "__name__", x),
+)
+def test_contract_holds_fails_for_runs_that_differ(fn: Any, tensor: str, condition: str) -> None:
+    result = contract_holds(base(), bug_kernel(fn))
+    assert result.status == "failed"
+    failing = {(c.tensor, c.other) for c in result.comparisons if not c.ok}
+    assert (tensor, condition) in failing, failing
+    (c,) = (c for c in result.comparisons if (c.tensor, c.other) == (tensor, condition))
+    assert c.kind == "bitwise"
+    assert c.counts.mismatched > 0
+    assert f"{fn.__name__} {tensor} is not bit-identical {condition}!" in result.message()
+    assert "every rerun bit-identical: False" in result.notes
+
+
+def test_contract_holds_fails_for_a_kernel_writing_to_cu_seqlens() -> None:
+    def shifts_cu_seqlens(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+        out = REFERENCE(q, k, v, g, **kw)
+        kw["cu_seqlens"][1:-1] += 1  # the caller's tensor: not copied by the harness
+        return out
+
+    spec = base(B=1, segments=(6, 7))
+    result = contract_holds(spec, bug_kernel(shifts_cu_seqlens))
+    assert result.status == "failed"
+    (first, *_) = (c for c in result.comparisons if c.tensor == "input cu_seqlens")
+    assert first.other == "after the first call (modified in place)"
+    assert not first.ok
+    assert first.worst is not None
+    assert first.worst.index == (1,)
+    assert "input cu_seqlens is not bit-identical after the first call (modified in place)!" in (
+        result.message()
+    )
 
 
 def test_nondeterminism_is_judged_by_bounds_when_declared() -> None:
     # Declared nondeterministic: a 1e-3 shift is far beyond the fp32 bounds, so it still fails,
     # now against the sum of the two runs' bounds rather than bitwise.
     result = contract_holds(base(), bug_kernel(nondeterministic, deterministic=False))
-    assert not result.ok
-    assert "sum of 2 bounds" in result.message
+    assert result.status == "failed"
+    failing = [c for c in result.comparisons if not c.ok]
+    assert failing
+    assert all(c.kind == "pair" for c in failing)
+    rerun = next(c for c in failing if c.subject == "bug/nondeterministic on a rerun")
+    assert rerun.tensor == "o"
+    assert rerun.other == "the reference run"
+    assert rerun.deciding > 2
+    assert "bug/nondeterministic on a rerun and the reference run disagree on o!" in (
+        result.message()
+    )
 
 
 def test_contract_holds_passes_the_correct_twin() -> None:
     result = contract_holds(base(), replace(bug_kernel(REFERENCE), name="torch/twin"))
-    assert result.ok, result.report()
-    assert result.scores["bit_identical"] == 1.0
+    assert result.status == "held", result.report()
+    assert "every rerun bit-identical: True" in result.notes
+    assert all(c.kind == "bitwise" and c.deciding == 0 for c in result.comparisons)
+    conditions = {c.other for c in result.comparisons}
+    assert {
+        "on a rerun",
+        "with transposed-stride inputs",
+        "with inputs sliced from larger tensors",
+        "with torch.empty/empty_like returning NaN-filled memory",
+    } <= conditions

@@ -9,20 +9,21 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, note, target
+from hypothesis import given
 from hypothesis import strategies as st
-from linattn_properties._testing import assert_holds, bug_kernel, example_spec, narrowed
+from linattn_properties._testing import bug_kernel, example_spec, narrowed
 from linattn_properties.denominators import denominator_stable
 
-from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
 from linattn_verify.reference_kernels import float32_reference
 from linattn_verify.registry import registered_kernels
+from linattn_verify.results import Comparison, PropertyResult
+from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 
 KERNELS = list(registered_kernels().values())
 
-SMALL = {"max_seq_len": 20, "max_head_dim": 5}
+SMALL: dict[str, Any] = {"max_seq_len": 20, "max_head_dim": 5}
 STRESS = ("underflowing_features", "tiny", "zero_rows", "large", "normal")
 
 
@@ -53,35 +54,46 @@ NASTY = {
 
 
 @given(data=st.data())
-def test_denominator_stable(kernel: Kernel, data: st.DataObject) -> None:
-    if True not in kernel.capabilities.normalize:
-        pytest.skip(f"{kernel.name} has no normalized output")
-    steer = narrowed(kernel, normalize=(True,))
+def test_denominator_stable(linattn_kernel: Kernel, data: st.DataObject) -> None:
+    if True not in linattn_kernel.capabilities.normalize:
+        pytest.skip(f"{linattn_kernel.name} has no normalized output")
+    steer = narrowed(linattn_kernel, normalize=(True,))
     spec = data.draw(kernel_specs(steer, values=STRESS, **SMALL), label="spec")
-    if kernel.capabilities.configurable and data.draw(st.booleans(), label="eps=0"):
+    if linattn_kernel.capabilities.configurable and data.draw(st.booleans(), label="eps=0"):
         # eps = 0 is where 0/0 and underflow bite; draw it often.
         spec = replace(spec, eps=0.0)
-    result = denominator_stable(spec, kernel)
-    note(result.report())
-    assert result.skipped is None, result.report()
-    target(max(result.scores["max_r"], result.scores["max_eta"]), label="max r, η")
-    result.raise_for_failure()
+    result = check_property(denominator_stable, spec, linattn_kernel)
+    assert result.status == "held", result.report()
 
 
 @pytest.mark.cases(NASTY)
-def test_denominator_stable_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
-    result = denominator_stable(spec, kernel)
-    assert_holds(result)
+def test_denominator_stable_on_nasty_cases(linattn_kernel: Kernel, spec: ProblemSpec) -> None:
+    result = check_property(denominator_stable, spec, linattn_kernel)
+    assert result.status == "held", result.report()
 
 
-def test_scores_report_zero_rows_and_unverifiable_rows() -> None:
+def oracle_of(result: PropertyResult) -> Comparison:
+    """The oracle comparison of o in a `denominator_stable` result."""
+    (o,) = (c for c in result.comparisons if c.kind == "oracle")
+    assert o.tensor == "o"
+    return o
+
+
+def test_counts_report_zero_rows_and_unverifiable_rows() -> None:
     kernel = KERNELS[-1]
+    rows, V = 18 * 2, base().V
     zero = denominator_stable(NASTY["all-zero-features"], kernel)
-    assert zero.scores["zero_rows"] == 18 * 2
+    assert zero.status == "held", zero.report()
+    assert oracle_of(zero).counts.undefined == rows * V
+    assert [c.tensor for c in zero.comparisons] == ["o", "o[Z=0]"]
     under = denominator_stable(NASTY["underflow-eps0"], kernel)
-    assert under.scores["unverifiable_rows"] == 18 * 2
+    assert under.status == "held", under.report()
+    assert oracle_of(under).counts.unverifiable == rows * V
     dominated = denominator_stable(NASTY["eps-dominated"], kernel)
-    assert dominated.scores["max_eps_influence"] > 0.5
+    assert dominated.status == "held", dominated.report()
+    eps_influence = oracle_of(dominated).scores.eps_influence
+    assert eps_influence is not None
+    assert eps_influence > 0.5
 
 
 # Meta tests: a missing 0/0 guard and a misplaced eps must fail.
@@ -110,26 +122,85 @@ def eps_squared(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("fn", "spec", "expected"),
+    ("spec", "expected"),
     [
-        (no_zero_guard, NASTY["all-zero-features"], "o holds 108 NaN value(s) of 108"),
-        (no_zero_guard, NASTY["underflow-eps0"], "NaN"),
-        (eps_squared, base(values="normal", eps=1e-2), "is not close to the float64 oracle"),
+        # Every feature is 0: every row is 0/0.
+        (NASTY["all-zero-features"], "bug/no_zero_guard: o holds 108 NaN value(s) of 108"),
+        (NASTY["underflow-eps0"], "bug/no_zero_guard: o holds "),
     ],
-    ids=["zero-row", "underflow", "eps-twice"],
+    ids=["zero-row", "underflow"],
 )
-def test_denominator_stable_fails_for_wrong_denominators(
-    fn: Any, spec: ProblemSpec, expected: str
+def test_denominator_stable_fails_for_a_missing_zero_guard(
+    spec: ProblemSpec, expected: str
 ) -> None:
-    result = denominator_stable(spec, bug_kernel(fn, initial_state=False, final_state=False))
-    assert not result.ok
-    assert expected in result.message, result.message
-    with pytest.raises(PropertyViolation, match="denominator_stable FAILED"):
-        result.raise_for_failure()
+    kernel = bug_kernel(no_zero_guard, initial_state=False, final_state=False)
+    result = denominator_stable(spec, kernel)
+    assert result.status == "failed"
+    assert result.comparisons == ()
+    assert result.reason is not None
+    assert result.reason.startswith(expected), result.reason
+    assert "NaN value(s)" in result.message()
+
+
+def test_denominator_stable_fails_for_eps_added_twice() -> None:
+    kernel = bug_kernel(eps_squared, initial_state=False, final_state=False)
+    result = denominator_stable(base(values="normal", eps=1e-2), kernel)
+    assert result.status == "failed"
+    o = oracle_of(result)
+    assert not o.ok
+    assert o.deciding > 2
+    assert o.counts.mismatched > 0
+    assert "bug/eps_squared o is not close to the float64 oracle!" in result.message()
+    # No row has Z = 0 here: the 0/0 comparison holds.
+    zero_rows = result.comparisons[1]
+    assert zero_rows.tensor == "o[Z=0]"
+    assert zero_rows.ok
+
+
+def test_denominator_stable_fails_for_a_nonzero_zero_row() -> None:
+    def one_on_zero_rows(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+        N, Z = _parts(q, k, v, g, kw)
+        den = Z + kw["eps"]
+        return torch.where(den == 0, 1.0, N / den).to(q.dtype), None
+
+    kernel = bug_kernel(one_on_zero_rows, initial_state=False, final_state=False)
+    result = denominator_stable(NASTY["all-zero-features"], kernel)
+    assert result.status == "failed"
+    zero_rows = result.comparisons[1]
+    assert zero_rows.tensor == "o[Z=0]"
+    assert zero_rows.kind == "bitwise"
+    assert not zero_rows.ok
+    assert zero_rows.counts.mismatched == 108
+    assert zero_rows.worst is not None
+    assert (zero_rows.worst.actual, zero_rows.worst.expected) == (1.0, 0.0)
+    assert "o[Z=0] is not bit-identical to 0 on rows whose exact denominator is 0" in (
+        result.message()
+    )
+
+
+def test_denominator_stable_fails_for_an_inf_on_a_bounded_quotient() -> None:
+    def overflows_first_token(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+        N, Z = _parts(q, k, v, g, kw)
+        o = N / (Z + kw["eps"])
+        o[:, 0] = torch.inf
+        return o.to(q.dtype), None
+
+    kernel = bug_kernel(overflows_first_token, initial_state=False, final_state=False)
+    result = denominator_stable(base(values="normal", eps=1e-2), kernel)
+    assert result.status == "failed"
+    assert result.reason is not None
+    assert result.reason.startswith(
+        "o is infinite where the denominator is certified nonzero and the quotient is bounded!\n"
+        "Infinite elements: 6 / 108\nFirst at index (0, 0, 0, 0)"
+    ), result.reason
+    # The oracle comparison sees the same elements: finite exact values, certified rows.
+    o = oracle_of(result)
+    assert o.counts.nonfinite == 6
 
 
 def test_denominator_stable_passes_the_correct_twin() -> None:
     twin = replace(bug_kernel(REFERENCE, initial_state=False, final_state=False), name="twin")
     for spec in NASTY.values():
         if not spec.initial_state:
-            assert denominator_stable(spec, twin).ok
+            result = denominator_stable(spec, twin)
+            assert result.status == "held", result.report()

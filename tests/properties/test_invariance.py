@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, note, target
+from hypothesis import given
 from hypothesis import strategies as st
-from linattn_properties._testing import assert_holds, bug_kernel, example_spec
+from linattn_properties._testing import bug_kernel, example_spec
 from linattn_properties.invariance import batch_and_head_equivariant, reindex
 
-from linattn_verify.errors import PropertyViolation
 from linattn_verify.kernel import Kernel
 from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 
-SMALL = {"max_seq_len": 8, "max_head_dim": 3}
+SMALL: dict[str, Any] = {"max_seq_len": 8, "max_head_dim": 3}
 
 
 base = partial(
@@ -44,18 +44,17 @@ NASTY = {
 
 
 @given(data=st.data())
-def test_batch_and_head_equivariant(kernel: Kernel, data: st.DataObject) -> None:
-    spec = data.draw(kernel_specs(kernel, **SMALL), label="spec")
-    result = batch_and_head_equivariant(spec, kernel)
-    note(result.report())
-    target(float(result.scores.get("max_r", 0.0)), label="max_r")
-    result.raise_for_failure()
+def test_batch_and_head_equivariant(linattn_kernel: Kernel, data: st.DataObject) -> None:
+    spec = data.draw(kernel_specs(linattn_kernel, **SMALL), label="spec")
+    check_property(batch_and_head_equivariant, spec, linattn_kernel)
 
 
 @pytest.mark.cases(NASTY)
-def test_batch_and_head_equivariant_on_nasty_cases(kernel: Kernel, spec: ProblemSpec) -> None:
-    result = batch_and_head_equivariant(spec, kernel)
-    assert_holds(result)
+def test_batch_and_head_equivariant_on_nasty_cases(
+    linattn_kernel: Kernel, spec: ProblemSpec
+) -> None:
+    result = check_property(batch_and_head_equivariant, spec, linattn_kernel)
+    assert result.status == "held", result.report()
 
 
 def test_reindex_packs_the_chosen_sequences_in_order() -> None:
@@ -87,21 +86,32 @@ def mixes_batch(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("fn", "expected"), [(mixes_heads, "head"), (mixes_batch, "sequence")], ids=["heads", "batch"]
+    ("fn", "variant"), [(mixes_heads, "head"), (mixes_batch, "sequence")], ids=["heads", "batch"]
 )
-def test_batch_and_head_equivariant_fails_for_mixing_kernels(fn: Any, expected: str) -> None:
-    result = batch_and_head_equivariant(base(), bug_kernel(fn))
-    assert not result.ok
-    assert f"with {expected}" in result.message, result.message
-    assert "differs from the reordered original run beyond the sum of both runs' bounds" in (
-        result.message
-    )
-    assert result.scores["bit_identical"] == 0.0
-    with pytest.raises(PropertyViolation, match="batch_and_head_equivariant FAILED"):
-        result.raise_for_failure()
+def test_batch_and_head_equivariant_fails_for_mixing_kernels(fn: Any, variant: str) -> None:
+    kernel = bug_kernel(fn)
+    result = batch_and_head_equivariant(base(), kernel)
+    assert result.status == "failed"
+    assert "every run bit-identical to the original, reindexed: False" in result.notes
+    alone = [
+        c for c in result.comparisons if c.subject.startswith(f"{kernel.name} with {variant} ")
+    ]
+    assert alone
+    assert all(c.subject.endswith(" alone") for c in alone)
+    assert all(c.kind == "pair" and c.other == "the original run, reindexed" for c in alone)
+    o = next(c for c in alone if c.tensor == "o")
+    assert not o.ok
+    assert o.deciding > 2
+    assert o.counts.mismatched > 0
+    assert f"{o.subject} and the original run, reindexed disagree on o!" in result.message()
 
 
 def test_batch_and_head_equivariant_passes_the_correct_twin() -> None:
     result = batch_and_head_equivariant(base(), replace(bug_kernel(REFERENCE), name="twin"))
-    assert result.ok, result.report()
-    assert result.skipped is None
+    assert result.status == "held", result.report()
+    subjects = {c.subject for c in result.comparisons}
+    assert len(subjects) == 3  # permuted, one sequence alone, one head alone
+    assert "twin with permuted sequences and heads" in subjects
+    # The permuted run compares its gradients too.
+    permuted = {c.tensor for c in result.comparisons if c.subject.endswith("and heads")}
+    assert {"o", "final_state", "dq", "dk", "dv", "dg", "dinitial_state"} <= permuted

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -15,23 +15,33 @@ from linattn_verify.reporting import (
     render_comparison_html,
     render_comparison_markdown,
 )
+from linattn_verify.results import FAIL_THRESHOLD, CaseRecord, Comparison
 
 
-def inflated(records: list[dict[str, Any]], kernel: str, factor: float) -> list[dict[str, Any]]:
-    """The records with ``kernel``'s forward scores multiplied by ``factor``."""
-    out = copy.deepcopy(records)
-    for record in out:
-        if record["kernel"] == kernel and record["dtype"] == "float32":
-            record["tensors"]["o"]["max_r"] *= factor
-            record["worst_r"] = max(s["max_r"] for s in record["tensors"].values())
-    return out
+def times(c: Comparison, factor: float) -> Comparison:
+    scores = dataclasses.replace(c.scores, r=c.scores.r * factor)
+    return dataclasses.replace(c, deciding=c.deciding * factor, scores=scores)
+
+
+def inflated(records: list[CaseRecord], kernel: str, factor: float) -> list[CaseRecord]:
+    """The records with ``kernel``'s fp32 ``o`` scores multiplied by ``factor``."""
+    return [
+        dataclasses.replace(
+            r,
+            comparisons=tuple(times(c, factor) if c.tensor == "o" else c for c in r.comparisons),
+        )
+        if r.kernel == kernel and r.dtype == "float32"
+        else r
+        for r in records
+    ]
 
 
 def test_a_tenfold_jump_in_max_r_is_flagged_while_still_passing(
-    write_run: Any, passing_records: list[dict[str, Any]], reference_kernels: list[Any]
+    write_run: Any, passing_records: list[CaseRecord], reference_kernels: list[Any]
 ) -> None:
     before = load_run(write_run("before", passing_records, reference_kernels, render=False))
     grown = inflated(passing_records, "torch/chunk", 12.0)
+    assert all(c.deciding <= FAIL_THRESHOLD for r in grown for c in r.comparisons)
     after = load_run(write_run("after", grown, reference_kernels, render=False))
     assert after["totals"]["ok"], "the new run still passes"
     comparison = compare_runs(before, after, before_label="v1", after_label="v2")
@@ -53,7 +63,7 @@ def test_a_tenfold_jump_in_max_r_is_flagged_while_still_passing(
 
 
 def test_a_jump_on_a_changed_recipe_is_reported_but_not_flagged(
-    write_run: Any, passing_records: list[dict[str, Any]], reference_kernels: list[Any]
+    write_run: Any, passing_records: list[CaseRecord], reference_kernels: list[Any]
 ) -> None:
     before = load_run(write_run("before", passing_records, reference_kernels, render=False))
     grown = inflated(passing_records, "torch/chunk", 12.0)
@@ -70,10 +80,11 @@ def test_a_jump_on_a_changed_recipe_is_reported_but_not_flagged(
 
 def test_a_property_that_newly_fails_is_a_regression(
     write_run: Any,
-    passing_records: list[dict[str, Any]],
-    broken_records: list[dict[str, Any]],
+    passing_records: list[CaseRecord],
+    broken_records: list[CaseRecord],
 ) -> None:
-    ok = [dict(r, kernel="bug/scaled") for r in passing_records if r["kernel"] == "torch/chunk"]
+    kernel = broken_records[0].kernel
+    ok = [dataclasses.replace(r, kernel=kernel) for r in passing_records if r.form == "chunk"]
     before = load_run(write_run("before", ok, render=False))
     after = load_run(write_run("after", broken_records, render=False))
     comparison = compare_runs(before, after)
@@ -84,7 +95,7 @@ def test_a_property_that_newly_fails_is_a_regression(
 
 
 def test_compare_runs_rejects_bad_documents(
-    write_run: Any, passing_records: list[dict[str, Any]]
+    write_run: Any, passing_records: list[CaseRecord]
 ) -> None:
     good = load_run(write_run("ok", passing_records[:2], render=False))
     with pytest.raises(InvalidArgument, match="invalid after document"):

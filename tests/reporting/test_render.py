@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.reporting import load_run, render_report
+from linattn_verify.reporting import cases_of, load_run, render_report
 from linattn_verify.reporting.markdown import escape, escape_line, fenced
+from linattn_verify.results import CaseRecord
 
 PLOTS = ("error_vs_T.png", "rho_vs_T.png", "histograms.png", "forms.png")
 
@@ -21,7 +22,7 @@ def images(page: str) -> list[str]:
 
 
 def test_a_passing_run_renders_markdown_and_a_self_contained_page(
-    write_run: Any, passing_records: list[dict[str, Any]], reference_kernels: list[Any]
+    write_run: Any, passing_records: list[CaseRecord], reference_kernels: list[Any]
 ) -> None:
     directory = write_run("ok", passing_records, reference_kernels)
     markdown = (directory / "report.md").read_text()
@@ -30,8 +31,10 @@ def test_a_passing_run_renders_markdown_and_a_self_contained_page(
     for name in PLOTS:
         assert f"](plots/{name})" in markdown
         assert (directory / "plots" / name).read_bytes().startswith(b"\x89PNG")
-    for form in ("parallel", "chunk", "recurrent"):
-        assert f"| torch/{form} | {form} | float32 | o |" in markdown
+    for record in passing_records:
+        for c in record.comparisons:
+            cells = (record.kernel, str(record.form), record.dtype, c.tensor)
+            assert "| " + " | ".join(escape(cell) for cell in cells) + " |" in markdown
     assert "## Failures\n\n_None._" in markdown
     # Self-contained: the plots are data URIs, nothing is fetched, nothing runs.
     sources = images(page)
@@ -44,28 +47,35 @@ def test_a_passing_run_renders_markdown_and_a_self_contained_page(
 
 def test_a_failing_run_shows_its_failures_with_replay_commands(
     write_run: Any,
-    passing_records: list[dict[str, Any]],
-    broken_records: list[dict[str, Any]],
+    passing_records: list[CaseRecord],
+    broken_records: list[CaseRecord],
     reference_kernels: list[Any],
 ) -> None:
     directory = write_run("bad", [*passing_records, *broken_records], reference_kernels)
     document = load_run(directory)
     assert not document["totals"]["ok"]
-    assert document["worst_cases"][0]["kernel"] == "bug/scaled"
-    failure_file = broken_records[-1]["failure_file"]
+    worst = max(broken_records, key=lambda r: r.worst_score)
+    assert worst.worst is not None
+    assert cases_of(document, "worst_cases")[0] == worst
+    failure_file = broken_records[-1].failure_file
     markdown = (directory / "report.md").read_text()
     page = (directory / "report.html").read_text()
     assert markdown.startswith("# linattn-verify accuracy report\n\n**FAILED")
     assert "### 1. bug/scaled · outputs\\_match\\_oracle · float32 (2 failing cases" in markdown
     assert f"```sh\nlinattn-verify replay {failure_file}\n```" in markdown
-    assert "o is not close to the float64 oracle!" in markdown
+    # The message is the last (minimal) failing case's report.
+    assert fenced(broken_records[-1].result.report()) in markdown
+    assert "bug/scaled o is not close to the float64 oracle!" in markdown
     assert 'class="headline failed"' in page
     assert f"<pre>linattn-verify replay {failure_file}</pre>" in page
-    assert '<tr class="fail"><td class="num">1</td><td>bug/scaled</td>' in page
+    # The worst-cases table names the tensor that decided the case.
+    row = f'<tr class="fail"><td class="num">1</td><td>bug/scaled</td><td>{worst.property}</td>'
+    assert row in page
+    assert f"<td>{worst.worst.tensor}</td>" in page.split(row, 1)[1].split("</tr>", 1)[0]
 
 
 def test_kernel_supplied_text_is_escaped_everywhere(
-    write_run: Any, evil_records: list[dict[str, Any]], passing_records: list[dict[str, Any]]
+    write_run: Any, evil_records: list[CaseRecord], passing_records: list[CaseRecord]
 ) -> None:
     directory = write_run("evil", [*passing_records[:3], *evil_records])
     markdown = (directory / "report.md").read_text()
@@ -94,7 +104,7 @@ def test_markdown_escaping_helpers() -> None:
 
 
 def test_plots_are_deterministic(
-    tmp_path: Path, write_run: Any, passing_records: list[dict[str, Any]]
+    tmp_path: Path, write_run: Any, passing_records: list[CaseRecord]
 ) -> None:
     directory = write_run("ok", passing_records[:9], render=False)
     document = load_run(directory)
@@ -105,14 +115,14 @@ def test_plots_are_deterministic(
     assert first.html.read_text() == second.html.read_text()
 
 
-def test_a_run_without_scores_renders_without_plots(
-    write_run: Any, passing_records: list[dict[str, Any]]
-) -> None:
-    error = {"kernel": "triton/chunk", "dtype": "float32", "spec": "S", "ok": False, "error": "E"}
+def test_a_run_without_scores_renders_without_plots(write_run: Any, build: Any) -> None:
+    error = build.harness_error(message="harness error: RuntimeError: E")
     directory = write_run("errors", [error])
     document = load_run(directory)
     assert document["totals"]["errors"] == 1
-    assert "_No scored cases to plot._" in (directory / "report.md").read_text()
+    markdown = (directory / "report.md").read_text()
+    assert "_No scored cases to plot._" in markdown
+    assert fenced(str(error.reason)) in markdown
     assert not list((directory / "plots").iterdir())
 
 

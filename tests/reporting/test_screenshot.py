@@ -1,7 +1,8 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Open a rendered report in headless Chromium and keep the screenshot (skipped without a browser).
+"""Open a rendered report in headless Chromium and take a screenshot (skipped without a browser).
 
-The screenshot is also copied to /tmp/linattn-report-screenshot.png for a person to look at.
+The screenshot stays in the test's own temporary directory (pytest keeps the last few runs'
+directories: ``--basetemp`` chooses where, for a person who wants to look at it).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from linattn_verify.results import CaseRecord
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-COPY_TO = Path("/tmp/linattn-report-screenshot.png")
 
 
 def browser() -> str | None:
@@ -25,8 +27,8 @@ def browser() -> str | None:
 def test_the_html_report_opens_in_headless_chromium(
     tmp_path: Path,
     write_run: Any,
-    passing_records: list[dict[str, Any]],
-    broken_records: list[dict[str, Any]],
+    passing_records: list[CaseRecord],
+    broken_records: list[CaseRecord],
     reference_kernels: list[Any],
 ) -> None:
     directory = write_run("shot", [*passing_records, *broken_records], reference_kernels)
@@ -49,4 +51,3 @@ def test_the_html_report_opens_in_headless_chromium(
     png = shot.read_bytes()
     assert png.startswith(b"\x89PNG")
     assert len(png) > 50_000, "a blank page is a few kB"
-    shutil.copyfile(shot, COPY_TO)

@@ -1,15 +1,24 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""The comparison: scores, the zero-denominator rule, non-finite values and messages."""
+"""The comparison engine: oracle, pairwise and bitwise comparisons, their one message builder."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from linattn_verify.compare import assert_linattn_close, check_against_oracle, compare
+from linattn_verify.compare import (
+    Side,
+    assert_linattn_close,
+    check_against_oracle,
+    compare,
+    compare_bitwise,
+    compare_pair,
+    mismatch_message,
+)
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.results import Comparison
 from linattn_verify.semantics import validate_problem
 from linattn_verify.tolerance import forward_bounds
 
@@ -36,9 +45,9 @@ def test_exact_result_scores_zero() -> None:
     fb = forward_bounds(p, RECIPE)
     c = compare(fb.tensors["o"].reference.clone(), fb.tensors["o"])
     assert c.ok
-    assert c.max_r == 0.0
-    assert c.max_eta is not None
-    assert c.max_eta <= 1.0  # the exact result leaves only the rounding residual
+    assert c.scores.r == 0.0
+    assert c.scores.eta is not None
+    assert c.scores.eta <= 1.0  # the exact result leaves only the rounding residual
 
 
 def test_nan_where_the_oracle_is_finite_fails() -> None:
@@ -47,7 +56,8 @@ def test_nan_where_the_oracle_is_finite_fails() -> None:
     o[0, 3, 1, 2] = float("nan")
     verdict = check_against_oracle(p, o, state, recipe=RECIPE)
     assert not verdict.ok
-    assert verdict.comparisons[0].nonfinite_mismatches == 1
+    assert verdict.comparisons[0].counts.nonfinite == 1
+    assert verdict.comparisons[0].deciding == float("inf")
     assert "Finite/non-finite mismatches: 1" in verdict.report()
 
 
@@ -73,7 +83,7 @@ def test_cancelling_identity_denominators_are_counted_not_judged_by_r() -> None:
     c = verdict.comparisons[0]
     fb = forward_bounds(p, RECIPE)
     Z = fb.tensors["o"].residual.denominator
-    assert c.unverifiable == int((~fb.tensors["o"].verifiable).sum())
+    assert c.counts.unverifiable == int((~fb.tensors["o"].verifiable).sum())
     assert (
         fb.tensors["o"].residual.denominator_bound[~fb.tensors["o"].verifiable[..., :1]]
         >= Z.abs()[~fb.tensors["o"].verifiable[..., :1]] / 2
@@ -99,8 +109,9 @@ def test_contract_wrong_dtype_and_missing_state() -> None:
     o, _ = parallel_reference(p)
     verdict = check_against_oracle(p, o.double(), None, recipe=RECIPE)
     assert not verdict.ok
-    assert any("dtype" in e for e in verdict.contract_errors)
-    assert any("final state" in e for e in verdict.contract_errors)
+    assert verdict.reason is not None
+    assert "dtype" in verdict.reason
+    assert "final state" in verdict.reason
 
 
 def test_shape_mismatch_is_reported_not_raised() -> None:
@@ -116,3 +127,70 @@ def test_grads_without_cotangent_is_an_argument_error() -> None:
     o, state = parallel_reference(p)
     with pytest.raises(InvalidArgument, match="do"):
         check_against_oracle(p, o, state, recipe=RECIPE, grads={"q": torch.zeros_like(p.q)})
+
+
+def test_pairwise_within_the_sum_of_bounds_holds_and_beyond_fails() -> None:
+    p = _problem(normalize=False)
+    tb = forward_bounds(p, RECIPE).tensors["o"]
+    exact = tb.reference
+    a = exact.float()
+    # b is off by 1.5 (B_a + B_b) at one element: within the threshold 2.
+    b = a.clone()
+    b[0, 5, 0, 1] += 1.5 * 2 * float(tb.bound[0, 5, 0, 1])
+    ok = compare_pair("o", Side.of("a", a, tb), Side.of("b", b, tb), exact)
+    assert ok.ok
+    assert ok.reference == "pair:b"
+    assert ok.worst is not None
+    assert ok.worst.index == (0, 5, 0, 1)
+    b[0, 5, 0, 1] = a[0, 5, 0, 1] + 3 * 2 * float(tb.bound[0, 5, 0, 1])
+    bad = compare_pair("o", Side.of("a", a, tb), Side.of("b", b, tb), exact)
+    assert not bad.ok
+    assert bad.deciding > 2
+    assert bad.counts.mismatched == 1
+    assert mismatch_message(bad).startswith("a and b disagree on o!")
+
+
+def test_pairwise_nonfinite_on_one_side_fails() -> None:
+    p = _problem(normalize=False)
+    tb = forward_bounds(p, RECIPE).tensors["o"]
+    a = tb.reference.float()
+    b = a.clone()
+    b[0, 0, 0, 0] = float("inf")
+    c = compare_pair("o", Side.of("a", a, tb), Side.of("b", b, tb), tb.reference)
+    assert not c.ok
+    assert c.counts.nonfinite == 1
+
+
+def test_bitwise_identical_holds_and_one_ulp_fails() -> None:
+    x = torch.randn(3, 4)
+    assert compare_bitwise("o", x, x.clone()).ok
+    nan = torch.full((2,), float("nan"))
+    assert compare_bitwise("o", nan, nan.clone()).ok  # NaN equals NaN bit for bit here
+    y = x.clone()
+    y[1, 2] = torch.nextafter(y[1, 2], torch.tensor(float("inf")))
+    c = compare_bitwise("o", y, x, subject="k", condition="on a rerun")
+    assert not c.ok
+    assert c.counts.mismatched == 1
+    assert c.worst is not None
+    assert c.worst.index == (1, 2)
+    text = mismatch_message(c)
+    assert text.startswith("k o is not bit-identical on a rerun!")
+    assert "0 allowed" in text
+
+
+def test_bitwise_dtype_difference_is_a_reason_not_a_crash() -> None:
+    c = compare_bitwise("o", torch.zeros(2), torch.zeros(2, dtype=torch.float64))
+    assert not c.ok
+    assert c.reason is not None
+    assert "dtype" in c.reason
+
+
+def test_comparisons_survive_json() -> None:
+    p = _problem()
+    o, state = parallel_reference(p)
+    o[0, 3, 1, 2] = float("nan")
+    result = check_against_oracle(p, o, state, recipe=RECIPE)
+    assert any(c.worst is not None and c.worst.actual != c.worst.actual for c in result.comparisons)
+    for c in result.comparisons:
+        # NaN != NaN, so compare the JSON (where a NaN is the string "nan").
+        assert Comparison.from_json(c.to_json()).to_json() == c.to_json()

@@ -16,7 +16,6 @@ from linattn_verify.compare import check_against_oracle
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.failures import (
     ReplayMismatchWarning,
-    check,
     load_failure,
     replay,
     save_failure,
@@ -24,8 +23,9 @@ from linattn_verify.failures import (
 from linattn_verify.kernel import Kernel
 from linattn_verify.reference_kernels import RECIPES, float32_reference
 from linattn_verify.registry import FULL
+from linattn_verify.results import PropertyResult
+from linattn_verify.running import check_property as check
 from linattn_verify.strategies import ProblemSpec, kernel_specs
-from linattn_verify.verdict import PropertyResult
 
 _correct = float32_reference("recurrent")
 
@@ -46,15 +46,8 @@ def fwd_matches_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     problem = spec.build()
     o, state = kernel.call(problem)
     recipe = kernel.precision_recipe(problem.q.dtype)
-    verdict = check_against_oracle(problem, o, state, recipe=recipe, name=kernel.name)
-    return PropertyResult(
-        property="fwd_matches_oracle",
-        kernel=kernel.name,
-        case=spec.describe(),
-        ok=verdict.ok,
-        message=verdict.report(),
-        scores={"max_r": max(c.max_r for c in verdict.comparisons)},
-    )
+    judged = check_against_oracle(problem, o, state, recipe=recipe, name=kernel.name)
+    return replace(judged, property="fwd_matches_oracle", case=spec.describe())
 
 
 PROPERTIES = {"fwd_matches_oracle": fwd_matches_oracle}
@@ -82,7 +75,7 @@ def test_check_saves_a_failure_and_raises_with_the_replay_line(tmp_path: Path) -
     assert document["kernel"] == "torch/off_by_one"
     assert document["spec"]["layout"] == "sliced"
     assert document["spec"]["segments"] == [2, 0, 5]
-    assert "FAILED" in document["message"]
+    assert document["result"]["status"] == "failed"
     assert set(document["versions"]) >= {"python", "linattn-verify", "torch", "hypothesis"}
     assert document["versions"]["torch"] != "not installed"
     assert document["repro"] == SPEC.repro()
@@ -108,7 +101,11 @@ def test_load_failure_round_trips_the_spec_and_inputs(tmp_path: Path) -> None:
         assert torch.equal(problem.inputs()[name], x), name
     assert problem.cu_seqlens is not None
     assert problem.cu_seqlens.tolist() == [0, 2, 2, 7]
-    assert saved.scores["max_r"] > 2
+    assert saved.result.status == "failed"
+    worst = saved.result.worst
+    assert worst is not None
+    assert worst.tensor == "o"
+    assert worst.deciding > 2
 
 
 def test_a_saved_failure_replays_to_the_same_failure(tmp_path: Path) -> None:
@@ -116,8 +113,7 @@ def test_a_saved_failure_replays_to_the_same_failure(tmp_path: Path) -> None:
     saved = load_failure(path)
     result = replay(path, properties=PROPERTIES, kernels=KERNELS)
     assert not result.ok
-    assert result.message == saved.message
-    assert result.scores == saved.scores
+    assert result.to_json() == saved.result.to_json()
     # The same case with the correct kernel holds: the failure belongs to the kernel.
     fixed = replay(path, properties=PROPERTIES, kernels={"torch/off_by_one": GOOD})
     assert fixed.ok
@@ -130,7 +126,7 @@ def test_replay_warns_and_says_so_when_the_generator_changed(tmp_path: Path) -> 
     torch.save(tensors, path.with_suffix(".pt"))
     with pytest.warns(ReplayMismatchWarning, match=r"differ from the saved ones in \['q'\]"):
         result = replay(path, properties=PROPERTIES, kernels=KERNELS)
-    assert "did not run on the saved inputs" in result.message
+    assert "did not run on the saved inputs" in result.message()
 
 
 def test_replay_names_a_missing_property_or_kernel(tmp_path: Path) -> None:
@@ -151,7 +147,7 @@ def test_load_failure_rejects_missing_and_foreign_files(tmp_path: Path) -> None:
 
 
 def test_save_failure_sanitizes_names(tmp_path: Path) -> None:
-    result = PropertyResult("a/b c", "x", "case", ok=False, message="m")
+    result = PropertyResult("a/b c", "x", "case", "failed", reason="m")
     path = save_failure(result, SPEC, "lib/kernel[1]", tmp_path)
     assert path == tmp_path / "a_b_c-lib_kernel_1.json"
     assert load_failure(path).kernel == "lib/kernel[1]"
@@ -170,7 +166,7 @@ def test_save_failure_validates_its_arguments(
     tmp_path: Path, kwargs: dict[str, Any], quoted: str
 ) -> None:
     args: dict[str, Any] = {
-        "result": PropertyResult("p", "k", "case", ok=False),
+        "result": PropertyResult("p", "k", "case", "failed"),
         "spec": SPEC,
         "kernel_name": "k",
         "directory": tmp_path,

@@ -1,7 +1,7 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Meta tests of the high-precision oracles: double-double, mpmath, exact, and `oracle()`.
 
-Accuracy is judged against M, the same computation on absolute values (ERROR_MODEL.md §2.1), or
+Accuracy is judged against M, the same computation on absolute values (docs/error-model.md §2.1), or
 M^o = (M^N + |o| M^Z)/|Z| for normalized outputs: the scale of the rounding errors.
 """
 
@@ -40,7 +40,7 @@ from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.semantics import Problem, validate_problem
 from linattn_verify.tolerance import forward_bounds
 
-DD_TARGET = 2.0**-90  # dd oracle vs mpmath, relative to M (ERROR_MODEL.md §6.4 tier 2)
+DD_TARGET = 2.0**-90  # dd oracle vs mpmath, relative to M (docs/error-model.md §6.4 tier 2)
 MP50_TARGET = 2.0**-150  # dps 50 carries 166 bits
 
 finite = st.floats(min_value=-1e150, max_value=1e150, allow_nan=False, allow_infinity=False)

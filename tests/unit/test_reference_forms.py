@@ -24,7 +24,7 @@ from linattn_verify.tolerance import forward_bounds
 F64 = torch.float64
 FEATURE_MAPS = ("identity", "elu1", "relu")
 FORMS = ("parallel", "chunk", "recurrent")
-# Gate families of BUG_CLASSES.md: none, exactly 0, mild, steep (down to -20 per step, so |G|
+# Gate families of docs/bug-classes.md: none, exactly 0, mild, steep (down to -20 per step, so |G|
 # passes 88 inside any chunk of 5 or more), a steady -12..-8 (|G| > 88 inside a chunk of 8), and
 # a cliff of -60..-30 whose |G| passes 709 (where float64 exp overflows) inside a chunk of 24.
 DECAYS = ("none", "zero", "mild", "steep", "steady", "cliff")
@@ -471,13 +471,13 @@ def gradient_magnitudes(
 ) -> dict[str, torch.Tensor]:
     """Return the gradient magnitudes M: each gradient with every term replaced by its |term|.
 
-    The loss Σ do·o + Σ dS·S_T (+ Σ dz·z_T) is re-evaluated in the parallel form on |φ(q)|,
-    |φ(k)|, |v|, |S_0|, |z_0|, |cotangents| and with the normalized quotient linearised as
-    |do|·N/|Z| + (|do|·|o|) Z/|Z| (ERROR_MODEL.md §5: R = |do|·|v| + |do|·|o|); every term is then
-    >= 0, so autograd sums |terms|. The decay enters through exp(G1_t - G2_j) with two separate
-    copies of the cumulative sum G, so that the row sums (G1) and column sums (G2) of dG add up
-    instead of cancelling: dg_s's magnitude is Σ_{t>=s} (|dG1_t| + |dG2_t|), which bounds every
-    form's way of computing it.
+    The loss Σ do·o + Σ dS·S_T (+ Σ dz·z_T) is re-evaluated in the parallel form on |φ(q)|, |φ(k)|,
+    |v|, |S_0|, |z_0|, |cotangents| and with the normalized quotient linearised as |do|·N/|Z| +
+    (|do|·|o|) Z/|Z| (docs/error-model.md §5: R = |do|·|v| + |do|·|o|); every term is then >= 0, so
+    autograd sums |terms|. The decay enters through exp(G1_t - G2_j) with two separate copies of the
+    cumulative sum G, so that the row sums (G1) and column sums (G2) of dG add up instead of
+    cancelling: dg_s's magnitude is Σ_{t>=s} (|dG1_t| + |dG2_t|), which bounds every form's way of
+    computing it.
     """
     fmap, s = problem.feature_map, abs(problem.scale)
     o_exact, _ = parallel_reference(problem)

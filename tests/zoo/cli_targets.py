@@ -6,8 +6,8 @@ A zoo kernel takes ``normalize=`` and ``feature_map=`` keywords; a third-party k
 (normalized for the normalization row, plain otherwise) and `flags` gives the matching command
 line. Every broken kernel is exported under its zoo name, every twin as ``twin_<name>``.
 
-Loaded by file path (by the CLI and by `test_zoo_cli.py`), so the zoo's conftest is loaded the
-same way (`linattn_verify.targets.import_file`) rather than imported.
+Loaded by file path (by the CLI and by `test_zoo_cli.py`), so the zoo's kernels (`bugs.py`) are
+loaded the same way (`linattn_verify.targets.import_file`) rather than imported.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from linattn_verify.targets import import_file
 
-ZOO = import_file(Path(__file__).with_name("conftest.py"), "_linattn_zoo_kernels").ZOO
+ZOO = import_file(Path(__file__).with_name("bugs.py"), "_linattn_zoo_kernels").ZOO
 
 CONFIGS: dict[str, dict[str, Any]] = {
     e.broken.name.removeprefix("zoo/"): {"normalize": e.bug_class == "normalization"} for e in ZOO

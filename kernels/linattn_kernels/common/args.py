@@ -60,7 +60,7 @@ def prepare(
     output_final_state: bool,
     cu_seqlens: torch.Tensor | None,
 ) -> Inputs:
-    """Check the calling convention (DESIGN.md §3-4) and return contiguous kernel inputs.
+    """Check the calling convention (docs/design.md §3-4) and return contiguous kernel inputs.
 
     Raises:
         ValueError: naming the offending argument and what was expected.
@@ -179,7 +179,7 @@ def _initial_state(
 def empty_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Allocate an output buffer the kernel stores into.
 
-    Under the interpreter a bf16 store truncates instead of rounding (INTERPRETER.md), so bf16
+    Under the interpreter a bf16 store truncates instead of rounding (docs/interpreter.md), so bf16
     outputs are stored as fp32 and rounded by `finish_output`.
     """
     if _backend.INTERPRETING and dtype == torch.bfloat16:

@@ -1,5 +1,5 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Feature maps as Triton device functions, selected by a constexpr code."""
+"""Feature maps and their derivatives as Triton device functions, selected by a constexpr code."""
 
 from __future__ import annotations
 
@@ -29,18 +29,3 @@ def feature_map_grad(x, FEATURE: tl.constexpr):
     if FEATURE == 2:
         return tl.where(x > 0, 1.0, 0.0)
     return tl.full(x.shape, 1.0, tl.float32)
-
-
-FP32_TINY = 1.1754943508222875e-38
-"""fp32's smallest normal number."""
-
-
-@triton.jit
-def vanishes(den):
-    """Whether a normalizer counts as zero: |den| below fp32's smallest normal.
-
-    Its reciprocal would overflow (and inf * 0 = NaN downstream), and the error model cannot
-    certify such a denominator anyway (its underflow error alone exceeds it), so these rows
-    follow the zero-denominator convention: output 0, no gradient.
-    """
-    return tl.abs(den) < 1.1754943508222875e-38

@@ -17,10 +17,46 @@ import triton
 import triton.language as tl
 
 from linattn_kernels import _backend
-from linattn_kernels.common.args import empty_output, finish_output, prepare
-from linattn_kernels.common.feature_maps import feature_map, feature_map_grad, vanishes
+from linattn_kernels.common.args import INPUT_DTYPES, Inputs, empty_output, finish_output, prepare
+from linattn_kernels.common.blocks import recurrent_blocks
+from linattn_kernels.common.division import divide_or_zero
+from linattn_kernels.common.feature_maps import feature_map, feature_map_grad
+from linattn_kernels.common.loads import load_key_sum, load_tile, store_key_sum, store_tile
+from linattn_kernels.common.results import (
+    Forward,
+    Gradients,
+    State,
+    final_state,
+    save_for_backward,
+    saved_for_backward,
+)
 
-State = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+
+@triton.jit
+def _span(cu_seqlens, i_n, T, IS_VARLEN: tl.constexpr):
+    """The first and one-past-last token (int64) of sequence ``i_n``."""
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    else:
+        bos = i_n * T
+        eos = bos + T
+    return bos, eos
+
+
+@triton.jit
+def _initial_state(
+    h0, z0, i_nh, K, V, o_k, o_v, m_k, m_v,
+    USE_H0: tl.constexpr, NORMALIZE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+):  # fmt: skip
+    """The fp32 state tile [BK, BV] and key sum [BK] to start from: S_0 (z_0), or zeros."""
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    b_z = tl.zeros([BK], dtype=tl.float32)
+    if USE_H0:
+        b_h += load_tile(h0, i_nh, K, V, o_k, o_v, m_k, m_v)
+        if NORMALIZE:
+            b_z += load_key_sum(z0, i_nh, K, o_k, m_k)
+    return b_h, b_z
 
 
 @triton.jit
@@ -31,37 +67,23 @@ def recurrent_fwd_kernel(
     FEATURE: tl.constexpr, USE_G: tl.constexpr, NORMALIZE: tl.constexpr, USE_H0: tl.constexpr,
     STORE_FINAL: tl.constexpr, STORE_DEN: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
+    """o_t = s φ(q_t)^T S_t (/ Z_t), and S_T (z_T) (grid: V-blocks, N·H)."""
     i_v = tl.program_id(0).to(tl.int64)
     i_nh = tl.program_id(1).to(tl.int64)
-    i_n = i_nh // H
-    i_h = i_nh % H
-    if IS_VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n * T
-        eos = bos + T
+    bos, eos = _span(cu_seqlens, i_nh // H, T, IS_VARLEN)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k = o_k < K
     m_v = o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
-
     # Row of (token, head) in the [B*T, H] layout; an int64 tensor, so offsets stay 64-bit.
-    i_th = bos * H + i_h
+    i_th = bos * H + i_nh % H
 
-    # [BK, BV]
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)
-    # [BK]
-    b_z = tl.zeros([BK], dtype=tl.float32)
-    if USE_H0:
-        p_h0 = h0 + (i_nh * K + o_k[:, None]) * V + o_v[None, :]
-        b_h += tl.load(p_h0, mask=m_h, other=0.0).to(tl.float32)
-        if NORMALIZE:
-            b_z += tl.load(z0 + i_nh * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-
+    # [BK, BV], [BK]
+    b_h, b_z = _initial_state(h0, z0, i_nh, K, V, o_k, o_v, m_k, m_v, USE_H0, NORMALIZE, BK, BV)
     for _ in range(eos - bos):
-        # Loads become fp32 at once: bf16 arithmetic is wrong under the interpreter.
+        # The per-token loop spells its loads out: under the interpreter every device-function
+        # call costs a re-patch of triton.language, T times per program here. Loads become fp32
+        # at once: bf16 arithmetic is wrong under the interpreter. [BK], [BK], [BV]
         b_q = tl.load(q + i_th * K + o_k, mask=m_k, other=0.0).to(tl.float32)
         b_k = tl.load(k + i_th * K + o_k, mask=m_k, other=0.0).to(tl.float32)
         b_v = tl.load(v + i_th * V + o_v, mask=m_v, other=0.0).to(tl.float32)
@@ -78,19 +100,17 @@ def recurrent_fwd_kernel(
         if NORMALIZE:
             b_z += b_k
             b_den = tl.sum(b_q * b_z, axis=0) + eps
-            # A denominator of exactly 0 returns 0 (semantics.py); the safe divisor keeps the
-            # discarded lanes free of inf/NaN.
-            b_o = tl.where(vanishes(b_den), 0.0, b_o / tl.where(vanishes(b_den), 1.0, b_den))
+            # A denominator of exactly 0 returns 0 (semantics.py).
+            b_o = divide_or_zero(b_o, b_den)
             if STORE_DEN:
                 tl.store(den + i_th, b_den, mask=i_v == 0)
         tl.store(o + i_th * V + o_v, b_o.to(o.dtype.element_ty), mask=m_v)
         i_th += H
 
     if STORE_FINAL:
-        p_ht = ht + (i_nh * K + o_k[:, None]) * V + o_v[None, :]
-        tl.store(p_ht, b_h, mask=m_h)
+        store_tile(ht, b_h, i_nh, K, V, o_k, o_v, m_k, m_v)
         if NORMALIZE:
-            tl.store(zt + i_nh * K + o_k, b_z, mask=o_k < tl.where(i_v == 0, K, 0))
+            store_key_sum(zt, b_z, i_nh, K, o_k, m_k, i_v)
 
 
 @triton.jit
@@ -101,36 +121,20 @@ def recurrent_bwd_kernel_dq(
     FEATURE: tl.constexpr, USE_G: tl.constexpr, NORMALIZE: tl.constexpr, USE_H0: tl.constexpr,
     USE_DHT: tl.constexpr, USE_DZT: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
+    """Forward in time: recompute S_t (z_t); this V-block's dq and q̃·dq̃ (grid: V-blocks, N·H)."""
     i_v = tl.program_id(0).to(tl.int64)
     i_nh = tl.program_id(1).to(tl.int64)
-    i_n = i_nh // H
-    i_h = i_nh % H
-    if IS_VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n * T
-        eos = bos + T
+    bos, eos = _span(cu_seqlens, i_nh // H, T, IS_VARLEN)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k = o_k < K
     m_v = o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
     # The key-sum terms are V-independent: only the first V-block adds them.
     b_first = (i_v == 0).to(tl.float32)
+    i_th = bos * H + i_nh % H
 
-    i_th = bos * H + i_h
-
-    # [BK, BV]
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)
-    # [BK]
-    b_z = tl.zeros([BK], dtype=tl.float32)
-    if USE_H0:
-        p_h0 = h0 + (i_nh * K + o_k[:, None]) * V + o_v[None, :]
-        b_h += tl.load(p_h0, mask=m_h, other=0.0).to(tl.float32)
-        if NORMALIZE:
-            b_z += tl.load(z0 + i_nh * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-
+    # [BK, BV], [BK]
+    b_h, b_z = _initial_state(h0, z0, i_nh, K, V, o_k, o_v, m_k, m_v, USE_H0, NORMALIZE, BK, BV)
     for _ in range(eos - bos):
         b_x = tl.load(q + i_th * K + o_k, mask=m_k, other=0.0).to(tl.float32)
         b_k = tl.load(k + i_th * K + o_k, mask=m_k, other=0.0).to(tl.float32)
@@ -145,8 +149,7 @@ def recurrent_bwd_kernel_dq(
         b_h += b_k[:, None] * b_v[None, :]
         if NORMALIZE:
             b_z += b_k
-            b_den = tl.load(den + i_th)
-            b_do = tl.where(vanishes(b_den), 0.0, b_do / tl.where(vanishes(b_den), 1.0, b_den))
+            b_do = divide_or_zero(b_do, tl.load(den + i_th))
         # d q̃_t = S_t dN_t (+ dZ_t z_t): [BK]
         b_dq = tl.sum(b_h * b_do[None, :], axis=1)
         if NORMALIZE:
@@ -162,11 +165,9 @@ def recurrent_bwd_kernel_dq(
         # dS_T reaches G_T through S_T = e^{G_T}(...): <dS_T, S_T> + <dz_T, z_T>.
         b_dgt = tl.zeros([BK], dtype=tl.float32)
         if USE_DHT:
-            p_dht = dht + (i_nh * K + o_k[:, None]) * V + o_v[None, :]
-            b_dgt += tl.sum(tl.load(p_dht, mask=m_h, other=0.0).to(tl.float32) * b_h, axis=1)
+            b_dgt += tl.sum(load_tile(dht, i_nh, K, V, o_k, o_v, m_k, m_v) * b_h, axis=1)
         if USE_DZT:
-            b_dzt = tl.load(dzt + i_nh * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-            b_dgt += b_first * b_dzt * b_z
+            b_dgt += b_first * load_key_sum(dzt, i_nh, K, o_k, m_k) * b_z
         tl.store(dgt + i_v * tl.num_programs(1) + i_nh, tl.sum(b_dgt, axis=0))
 
 
@@ -178,34 +179,25 @@ def recurrent_bwd_kernel_dkv(
     FEATURE: tl.constexpr, USE_G: tl.constexpr, NORMALIZE: tl.constexpr, STORE_DH0: tl.constexpr,
     USE_DHT: tl.constexpr, USE_DZT: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
+    """Backward in time: dS_t, this V-block's dk, dv and dg, and dS_0 (grid: V-blocks, N·H)."""
     i_v = tl.program_id(0).to(tl.int64)
     i_nh = tl.program_id(1).to(tl.int64)
-    i_n = i_nh // H
-    i_h = i_nh % H
-    if IS_VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n * T
-        eos = bos + T
+    bos, eos = _span(cu_seqlens, i_nh // H, T, IS_VARLEN)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k = o_k < K
     m_v = o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
     b_first = (i_v == 0).to(tl.float32)
-
     # Walk backwards from the last token (an empty sequence never loads from there).
-    i_th = (eos - 1) * H + i_h
+    i_th = (eos - 1) * H + i_nh % H
 
     # dS_T and dz_T seed the reverse recurrence. [BK, BV], [BK]
     b_dh = tl.zeros([BK, BV], dtype=tl.float32)
     b_dz = tl.zeros([BK], dtype=tl.float32)
     if USE_DHT:
-        p_dht = dht + (i_nh * K + o_k[:, None]) * V + o_v[None, :]
-        b_dh += tl.load(p_dht, mask=m_h, other=0.0).to(tl.float32)
+        b_dh += load_tile(dht, i_nh, K, V, o_k, o_v, m_k, m_v)
     if USE_DZT:
-        b_dz += tl.load(dzt + i_nh * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+        b_dz += load_key_sum(dzt, i_nh, K, o_k, m_k)
     # dg_t = Σ_{i >= t} dL/dG_i, accumulated while walking backwards.
     b_dg = tl.zeros([1], dtype=tl.float32)
     if USE_G:
@@ -219,8 +211,7 @@ def recurrent_bwd_kernel_dkv(
         b_q = tl.where(m_k, feature_map(b_q, FEATURE), 0.0) * scale
         b_k = tl.where(m_k, feature_map(b_x, FEATURE), 0.0)
         if NORMALIZE:
-            b_den = tl.load(den + i_th)
-            b_do = tl.where(vanishes(b_den), 0.0, b_do / tl.where(vanishes(b_den), 1.0, b_den))
+            b_do = divide_or_zero(b_do, tl.load(den + i_th))
             b_dz += tl.load(dden + i_th) * b_q
         # dS_t = a_{t+1} dS_{t+1} + q̃_t dN_t^T
         b_dh += b_q[:, None] * b_do[None, :]
@@ -235,244 +226,148 @@ def recurrent_bwd_kernel_dkv(
             b_a = tl.exp(tl.load(g + i_th).to(tl.float32))
             b_dh = b_dh * b_a
             b_dz = b_dz * b_a
-        tl.store(
-            dk + (i_v * TOTAL + i_th) * K + o_k, b_dk * feature_map_grad(b_x, FEATURE), mask=m_k
-        )
+        p_dk = dk + (i_v * TOTAL + i_th) * K + o_k
+        tl.store(p_dk, b_dk * feature_map_grad(b_x, FEATURE), mask=m_k)
         tl.store(dv + i_th * V + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v)
         i_th -= H
 
     if STORE_DH0:
-        p_dh0 = dh0 + (i_nh * K + o_k[:, None]) * V + o_v[None, :]
-        tl.store(p_dh0, b_dh, mask=m_h)
+        store_tile(dh0, b_dh, i_nh, K, V, o_k, o_v, m_k, m_v)
         if NORMALIZE:
-            tl.store(dz0 + i_nh * K + o_k, b_dz, mask=o_k < tl.where(i_v == 0, K, 0))
+            store_key_sum(dz0, b_dz, i_nh, K, o_k, m_k, i_v)
 
 
-def _blocks(K: int, V: int) -> tuple[int, int, int]:
-    """Return ``(BK, BV, num_warps)``: K whole in one block, V split so the tile fits registers."""
-    BK = max(16, triton.next_power_of_2(K))
-    # At most 8192 fp32 state elements per program: 32 registers per thread with 8 warps
-    # (4 warps left the backward kernels at the 255-register limit for K = 256 on sm_90).
-    BV = max(16, min(triton.next_power_of_2(V), 64, 8192 // BK))
-    tile = BK * BV
-    return BK, BV, 8 if tile >= 8192 else 4 if tile >= 2048 else 2
-
-
-def _num_sequences(B: int, cu_seqlens: torch.Tensor | None) -> int:
-    return B if cu_seqlens is None else cu_seqlens.numel() - 1
-
-
-def recurrent_fwd(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor | None,
-    *,
-    scale: float,
-    feature: int,
-    normalize: bool,
-    eps: float,
-    h0: torch.Tensor | None,
-    z0: torch.Tensor | None,
-    output_final_state: bool,
-    cu_seqlens: torch.Tensor | None,
-    save_for_backward: bool = False,
-) -> tuple[
-    torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None
-]:
-    """Run the forward kernel on prepared (contiguous, validated) inputs.
+def recurrent_fwd(x: Inputs, *, for_backward: bool = False) -> Forward:
+    """Run the forward kernel.
 
     Args:
-        q: Queries ``[B, T, H, K]`` in the input dtype.
-        k: Keys ``[B, T, H, K]``.
-        v: Values ``[B, T, H, V]``.
-        g: fp32 log decay ``[B, T, H]`` or `None`.
-        scale: The resolved scale s.
-        feature: The feature-map code (`linattn_kernels.common.feature_maps.FEATURE_CODES`).
-        normalize: Divide by s φ(q)^T z + eps.
-        eps: The denominator offset, added in fp32.
-        h0: fp32 S_0 ``[N, H, K, V]`` or `None`.
-        z0: fp32 z_0 ``[N, H, K]`` (normalized with an initial state) or `None`.
-        output_final_state: Return S_T (and z_T).
-        cu_seqlens: int64 ``[N+1]`` sequence boundaries or `None`.
-        save_for_backward: Also return what the backward pass needs. Default: `False`.
+        x: Prepared inputs (`linattn_kernels.common.args.prepare`).
+        for_backward: Also keep what `recurrent_bwd` reads (normalized only: the fp32 output
+            and the denominators). Default: `False`.
 
     Returns:
-        ``(o, o32, den, ht, zt)``: o ``[B, T, H, V]`` in the input dtype; for a normalized
-        problem with ``save_for_backward`` the fp32 output ``o32`` and denominators ``den``
-        ``[B, T, H]`` (else `None`); S_T ``[N, H, K, V]`` and z_T ``[N, H, K]`` in fp32 (or
-        `None`).
+        The output in the input dtype and the final state, plus the fp32 output and the
+        denominators when normalized ``for_backward``.
     """
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    N = _num_sequences(B, cu_seqlens)
-    BK, BV, num_warps = _blocks(K, V)
-    keep = normalize and save_for_backward
+    B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
+    device, dtype = x.q.device, x.q.dtype
+    BK, BV, num_warps = recurrent_blocks(K, V)
     # The backward needs dZ_t = -do_t·o_t / Z_t from the unrounded output.
-    o = (
-        torch.empty((*q.shape[:3], V), dtype=torch.float32, device=q.device)
-        if keep
-        else empty_output((*q.shape[:3], V), q.dtype, q.device)
-    )
-    den = torch.empty(B, T, H, dtype=torch.float32, device=q.device) if keep else None
-    ht = (
-        torch.empty(N, H, K, V, dtype=torch.float32, device=q.device)
-        if output_final_state
-        else None
-    )
-    zt = (
-        torch.empty(N, H, K, dtype=torch.float32, device=q.device)
-        if output_final_state and normalize
-        else None
-    )
-    grid = (triton.cdiv(V, BV), N * H)
-    recurrent_fwd_kernel[grid](
-        q=q, k=k, v=v, g=g, o=o, den=den, h0=h0, z0=z0, ht=ht, zt=zt, cu_seqlens=cu_seqlens,
-        scale=scale, eps=eps, T=T, H=H, K=K, V=V, BK=BK, BV=BV, FEATURE=feature,
-        USE_G=g is not None, NORMALIZE=normalize, USE_H0=h0 is not None,
-        STORE_FINAL=output_final_state, STORE_DEN=keep, IS_VARLEN=cu_seqlens is not None,
+    keep = x.normalize and for_backward
+    if keep:
+        o = torch.empty(B, T, H, V, dtype=torch.float32, device=device)
+        den = torch.empty(B, T, H, dtype=torch.float32, device=device)
+    else:
+        o, den = empty_output((B, T, H, V), dtype, device), None
+    ht = zt = None
+    if x.output_final_state:
+        ht = torch.empty(N, H, K, V, dtype=torch.float32, device=device)
+        zt = torch.empty(N, H, K, dtype=torch.float32, device=device) if x.normalize else None
+    recurrent_fwd_kernel[(triton.cdiv(V, BV), N * H)](
+        q=x.q, k=x.k, v=x.v, g=x.g, o=o, den=den, h0=x.h0, z0=x.z0, ht=ht, zt=zt,
+        cu_seqlens=x.cu_seqlens, scale=x.scale, eps=x.eps, T=T, H=H, K=K, V=V, BK=BK, BV=BV,
+        FEATURE=x.feature, USE_G=x.g is not None, NORMALIZE=x.normalize, USE_H0=x.h0 is not None,
+        STORE_FINAL=x.output_final_state, STORE_DEN=keep, IS_VARLEN=x.cu_seqlens is not None,
         num_warps=num_warps,
     )  # fmt: skip
-    if keep:
-        return o.to(q.dtype), o, den, ht, zt
-    return finish_output(o, q.dtype), None, None, ht, zt
+    return Forward(o=finish_output(o, dtype), ht=ht, zt=zt, o_acc=o if keep else None, den=den)
 
 
 def recurrent_bwd(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor | None,
-    do: torch.Tensor,
-    *,
-    scale: float,
-    feature: int,
-    normalize: bool,
-    h0: torch.Tensor | None,
-    z0: torch.Tensor | None,
-    o32: torch.Tensor | None,
-    den: torch.Tensor | None,
+    x: Inputs,
+    fwd: Forward,
+    do: torch.Tensor | None,
     dht: torch.Tensor | None,
     dzt: torch.Tensor | None,
-    cu_seqlens: torch.Tensor | None,
-) -> tuple[
-    torch.Tensor,
-    torch.Tensor,
-    torch.Tensor,
-    torch.Tensor | None,
-    torch.Tensor | None,
-    torch.Tensor | None,
-]:
-    """Run the two backward kernels on prepared inputs and the output cotangent.
+) -> Gradients:
+    """Run the two backward kernels; sum the V-blocks' partial dq, dk and dg.
 
     Args:
-        q, k, v, g, scale, feature, normalize, h0, z0, cu_seqlens: As for `recurrent_fwd`.
-        do: Output cotangent ``[B, T, H, V]``.
-        o32: The fp32 output ``[B, T, H, V]`` from `recurrent_fwd` (normalized only).
-        den: The fp32 denominators ``[B, T, H]`` from `recurrent_fwd` (normalized only).
-        dht: Cotangent of S_T ``[N, H, K, V]`` or `None` (zero).
-        dzt: Cotangent of z_T ``[N, H, K]`` or `None` (zero).
+        x: The prepared inputs of the forward pass.
+        fwd: What `recurrent_fwd` returned (with ``for_backward`` when normalized).
+        do: Output cotangent ``[B, T, H, V]``, or `None` (zero).
+        dht: Cotangent of S_T ``[N, H, K, V]``, or `None` (zero).
+        dzt: Cotangent of z_T ``[N, H, K]``, or `None` (zero); normalized only.
 
     Returns:
-        ``(dq, dk, dv, dg, dh0, dz0)``: dq, dk, dv in the input dtype; dg ``[B, T, H]``,
-        dh0 ``[N, H, K, V]`` and dz0 ``[N, H, K]`` in fp32, each `None` where the input was.
+        The gradients of q, k, v (input dtype), g, S_0 and z_0 (fp32).
     """
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    N = _num_sequences(B, cu_seqlens)
-    BK, BV, num_warps = _blocks(K, V)
+    B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
+    device, dtype = x.q.device, x.q.dtype
+    BK, BV, num_warps = recurrent_blocks(K, V)
     NV = triton.cdiv(V, BV)
-    dev = q.device
-    do = do.contiguous()
+    do = torch.zeros(B, T, H, V, dtype=dtype, device=device) if do is None else do.contiguous()
+    dht = None if dht is None else dht.contiguous()
+    dzt = dzt.contiguous() if x.normalize and dzt is not None else None
     dden = None
-    if normalize:
-        assert o32 is not None
-        assert den is not None
+    if x.normalize:
+        assert fwd.o_acc is not None
+        assert fwd.den is not None
         # dZ_t = -(do_t · N_t) / Z_t^2 = -(do_t · o_t) / Z_t, and 0 where Z_t vanishes (o_t := 0;
         # below fp32's smallest normal, as the kernels decide with `vanishes`).
-        zero = den.abs() < torch.finfo(torch.float32).tiny
+        zero = fwd.den.abs() < torch.finfo(torch.float32).tiny
         dden = torch.where(
-            zero, 0.0, -(do.float() * o32).sum(-1) / torch.where(zero, 1.0, den)
+            zero, 0.0, -(do.float() * fwd.o_acc).sum(-1) / torch.where(zero, 1.0, fwd.den)
         ).contiguous()
-    dq = torch.empty(NV, B, T, H, K, dtype=torch.float32, device=dev)
-    dk = torch.empty(NV, B, T, H, K, dtype=torch.float32, device=dev)
-    dv = empty_output((B, T, H, V), q.dtype, dev)
-    use_g = g is not None
-    dgq = torch.empty(NV, B, T, H, dtype=torch.float32, device=dev) if use_g else None
-    dgt = torch.empty(NV, N, H, dtype=torch.float32, device=dev) if use_g else None
-    dg = torch.empty(NV, B, T, H, dtype=torch.float32, device=dev) if use_g else None
-    dh0 = torch.empty(N, H, K, V, dtype=torch.float32, device=dev) if h0 is not None else None
-    dz0 = torch.empty(N, H, K, dtype=torch.float32, device=dev) if z0 is not None else None
-    use_dzt = normalize and dzt is not None
+    use_g = x.g is not None
+    dq = torch.empty(NV, B, T, H, K, dtype=torch.float32, device=device)
+    dk = torch.empty(NV, B, T, H, K, dtype=torch.float32, device=device)
+    dv = empty_output((B, T, H, V), dtype, device)
+    dgq = torch.empty(NV, B, T, H, dtype=torch.float32, device=device) if use_g else None
+    dgt = torch.empty(NV, N, H, dtype=torch.float32, device=device) if use_g else None
+    dg = torch.empty(NV, B, T, H, dtype=torch.float32, device=device) if use_g else None
+    dh0 = torch.empty(N, H, K, V, dtype=torch.float32, device=device) if x.h0 is not None else None
+    dz0 = torch.empty(N, H, K, dtype=torch.float32, device=device) if x.z0 is not None else None
+    common = {
+        "q": x.q, "k": x.k, "v": x.v, "g": x.g, "do": do, "den": fwd.den, "dden": dden,
+        "dht": dht, "dzt": dzt, "dgq": dgq, "dgt": dgt, "cu_seqlens": x.cu_seqlens,
+        "scale": x.scale, "T": T, "TOTAL": B * T * H, "H": H, "K": K, "V": V, "BK": BK, "BV": BV,
+        "FEATURE": x.feature, "USE_G": use_g, "NORMALIZE": x.normalize,
+        "USE_DHT": dht is not None, "USE_DZT": dzt is not None,
+        "IS_VARLEN": x.cu_seqlens is not None, "num_warps": num_warps,
+    }  # fmt: skip
     grid = (NV, N * H)
-    common: dict[str, Any] = dict(  # noqa: C408  (keyword style, as at every launch)
-        q=q, k=k, v=v, g=g, do=do, den=den, dden=dden, dht=dht, dzt=dzt if use_dzt else None,
-        dgq=dgq, dgt=dgt, cu_seqlens=cu_seqlens, scale=scale, T=T, TOTAL=B * T * H, H=H, K=K,
-        V=V, BK=BK, BV=BV, FEATURE=feature, USE_G=use_g, NORMALIZE=normalize,
-        USE_DHT=dht is not None, USE_DZT=use_dzt, IS_VARLEN=cu_seqlens is not None,
-        num_warps=num_warps,
-    )  # fmt: skip
-    recurrent_bwd_kernel_dq[grid](h0=h0, z0=z0, dq=dq, USE_H0=h0 is not None, **common)
+    recurrent_bwd_kernel_dq[grid](h0=x.h0, z0=x.z0, dq=dq, USE_H0=x.h0 is not None, **common)
     recurrent_bwd_kernel_dkv[grid](
-        dk=dk, dv=dv, dg=dg, dh0=dh0, dz0=dz0, STORE_DH0=h0 is not None, **common
-    )
-    return (
-        dq.sum(0).to(q.dtype),
-        dk.sum(0).to(k.dtype),
-        finish_output(dv, v.dtype),
-        None if dg is None else dg.sum(0),
-        dh0,
-        dz0,
+        dk=dk, dv=dv, dg=dg, dh0=dh0, dz0=dz0, STORE_DH0=x.h0 is not None, **common
+    )  # fmt: skip
+    return Gradients(
+        dq=dq.sum(0).to(dtype),
+        dk=dk.sum(0).to(dtype),
+        dv=finish_output(dv, dtype),
+        dg=None if dg is None else dg.sum(0),
+        dh0=dh0,
+        dz0=dz0,
     )
 
 
 class RecurrentLinearAttentionFunction(torch.autograd.Function):
-    """Autograd glue: the forward and backward launchers, and what passes between them."""
+    """Autograd glue: runs `recurrent_fwd`, keeps its result, runs `recurrent_bwd`."""
 
     @staticmethod
     def forward(
         ctx: Any,
+        x: Inputs,
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
         g: torch.Tensor | None,
         h0: torch.Tensor | None,
         z0: torch.Tensor | None,
-        scale: float,
-        feature: int,
-        normalize: bool,
-        eps: float,
-        output_final_state: bool,
-        cu_seqlens: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        o, o32, den, ht, zt = recurrent_fwd(
-            q, k, v, g, scale=scale, feature=feature, normalize=normalize, eps=eps, h0=h0,
-            z0=z0, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-            save_for_backward=any(ctx.needs_input_grad[:6]),
-        )  # fmt: skip
-        ctx.save_for_backward(q, k, v, g, h0, z0, o32, den, cu_seqlens)
-        ctx.options = (scale, feature, normalize)
-        # Unused outputs reach backward as None, so absent cotangents cost no kernel work.
-        ctx.set_materialize_grads(False)
-        return o, ht, zt
+        """Tensors are passed beside ``x`` (which holds the same ones) so autograd tracks them."""
+        fwd = recurrent_fwd(x, for_backward=any(ctx.needs_input_grad[1:]))
+        save_for_backward(ctx, x, fwd)
+        assert fwd.o is not None
+        return fwd.o, fwd.ht, fwd.zt
 
     @staticmethod
     def backward(
-        ctx: Any,
-        do: torch.Tensor | None,
-        dht: torch.Tensor | None,
-        dzt: torch.Tensor | None,
-    ) -> tuple[torch.Tensor | None, ...]:
-        q, k, v, g, h0, z0, o32, den, cu_seqlens = ctx.saved_tensors
-        scale, feature, normalize = ctx.options
-        if do is None:
-            do = torch.zeros((*q.shape[:3], v.shape[-1]), dtype=torch.float32, device=q.device)
-        dq, dk, dv, dg, dh0, dz0 = recurrent_bwd(
-            q, k, v, g, do, scale=scale, feature=feature, normalize=normalize, h0=h0, z0=z0,
-            o32=o32, den=den, dht=None if dht is None else dht.contiguous(),
-            dzt=None if dzt is None else dzt.contiguous(), cu_seqlens=cu_seqlens,
-        )  # fmt: skip
-        return dq, dk, dv, dg, dh0, dz0, None, None, None, None, None, None
+        ctx: Any, do: torch.Tensor | None, dht: torch.Tensor | None, dzt: torch.Tensor | None
+    ) -> tuple[Any, ...]:
+        """Return the gradients of q, k, v, g, S_0, z_0 (None for ``x`` and absent inputs)."""
+        x, fwd = saved_for_backward(ctx)
+        return None, *recurrent_bwd(x, fwd, do, dht, dzt)
 
 
 def recurrent_linear_attention(
@@ -523,13 +418,8 @@ def recurrent_linear_attention(
         initial_state=initial_state, output_final_state=output_final_state,
         cu_seqlens=cu_seqlens,
     )  # fmt: skip
-    o, ht, zt = RecurrentLinearAttentionFunction.apply(
-        x.q, x.k, x.v, x.g, x.h0, x.z0, x.scale, x.feature, x.normalize, x.eps,
-        x.output_final_state, x.cu_seqlens,
-    )  # fmt: skip
-    if not x.output_final_state:
-        return o, None
-    return (o, (ht, zt)) if x.normalize else (o, ht)
+    o, ht, zt = RecurrentLinearAttentionFunction.apply(x, x.q, x.k, x.v, x.g, x.h0, x.z0)
+    return o, final_state(x, ht, zt)
 
 
 def precision_recipe(dtype: torch.dtype) -> dict[str, object]:
@@ -548,7 +438,7 @@ def precision_recipe(dtype: torch.dtype) -> dict[str, object]:
     Raises:
         ValueError: if ``dtype`` is not an input dtype the kernel accepts.
     """
-    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+    if dtype not in INPUT_DTYPES:
         raise ValueError(f"Expected dtype float32, float16 or bfloat16 but got dtype={dtype}.")
     return {
         "form": "recurrent",

@@ -1,0 +1,58 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The ``linattn-verify`` command line.
+
+``run``  verifies the built-in Triton kernels (all three forms), and FLA's when it is installed,
+         against the oracle on cases drawn by the Hypothesis strategies, forward and backward,
+         and writes JSON lines as cases finish.
+``check TARGET`` validates a third-party kernel (``module:function`` or ``file.py:function``)
+         against the property catalogue its declared capabilities allow.
+``replay FILE`` re-runs a saved failure (from ``--linattn-failures``, ``run`` or ``check``) and
+         says whether it reproduces.
+``list`` shows the registered kernels and their precision recipes.
+``report RUN_DIR`` renders a run's Markdown and HTML report again (``--compare BASELINE_DIR``:
+         side by side with an earlier run, regressions flagged; exit 1 when one is).
+
+Exit status: 0 when every case passed, 1 when one failed, 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from linattn_verify.cli import check, report, run
+from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from linattn_verify.cli.inspect import list_kernels, replay_command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser (exposed for the tests and the docs)."""
+    parser = argparse.ArgumentParser(
+        prog="linattn-verify", description="Verify linear-attention kernels against oracles."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run.add_parser(sub)
+    check.add_parser(sub)
+    report.add_parser(sub)
+    replay = sub.add_parser("replay", help="re-run a saved failure and say if it reproduces")
+    replay.add_argument("file", type=Path, help="a saved failure (.json) from a failures directory")
+    sub.add_parser("list", help="list the registered kernels and their precision recipes")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``linattn-verify`` console script."""
+    args = build_parser().parse_args(argv)
+    if args.command == "list":
+        return list_kernels()
+    if args.command == "replay":
+        return replay_command(args.file)
+    if args.command == "check":
+        return check.command(args)
+    if args.command == "report":
+        return report.command(args)
+    return run.command(args)
+
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]

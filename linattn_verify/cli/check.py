@@ -1,0 +1,284 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""``linattn-verify check TARGET``: validate a third-party kernel against the catalogue."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from linattn_verify.cli._args import (
+    DTYPE_NAMES,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    FORM_NAMES,
+    csv_of,
+    nonnegative_float,
+    positive,
+)
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``check`` subcommand."""
+    check = sub.add_parser(
+        "check",
+        help="validate a third-party kernel against the property catalogue",
+        description="TARGET is 'package.module:function' or 'path/to/file.py:function', a kernel "
+        "in the calling convention fn(q, k, v[, g], *, scale, initial_state, "
+        "output_final_state[, cu_seqlens]).",
+    )
+    check.add_argument("target", metavar="TARGET")
+    sem = check.add_argument_group("what the kernel computes")
+    sem.add_argument("--normalized", action="store_true", help="output is divided by s q·z + eps")
+    sem.add_argument(
+        "--eps",
+        type=nonnegative_float,
+        default=0.0,
+        help="eps of the normalizer. Default: %(default)r",
+    )
+    sem.add_argument(
+        "--decay",
+        choices=("none", "data"),
+        default="none",
+        help="'data': the kernel takes g [B, T, H]. Default: %(default)r",
+    )
+    sem.add_argument(
+        "--feature-map",
+        choices=("identity", "elu1", "relu"),
+        default="identity",
+        help="feature map the kernel applies itself. Default: %(default)r",
+    )
+    cap = check.add_argument_group("what the kernel supports")
+    cap.add_argument("--varlen", action="store_true", help="accepts cu_seqlens")
+    cap.add_argument("--no-backward", action="store_true", help="not differentiable")
+    cap.add_argument("--no-initial-state", action="store_true", help="takes no initial_state")
+    cap.add_argument("--no-final-state", action="store_true", help="returns no final state")
+    cap.add_argument(
+        "--dtypes",
+        type=csv_of(DTYPE_NAMES),
+        default=DTYPE_NAMES,
+        help="input dtypes. Default: %(default)s",
+    )
+    cap.add_argument(
+        "--max-head-dim", type=positive, default=256, help="largest K and V. Default: %(default)r"
+    )
+    cap.add_argument(
+        "--even-head-dims",
+        type=csv_of(DTYPE_NAMES),
+        default=(),
+        metavar="DTYPES",
+        help="dtypes in which K and V must be even (FLA's 16-bit chunked backward). Default: none",
+    )
+    cap.add_argument(
+        "--nondeterministic",
+        action="store_true",
+        help="reruns may differ (within the bound); by default they must be identical",
+    )
+    rec = check.add_argument_group("precision recipe (how the kernel rounds)")
+    rec.add_argument(
+        "--form",
+        choices=FORM_NAMES,
+        default=None,
+        help="algorithm; unknown charges the counts of all three. Default: unknown",
+    )
+    rec.add_argument(
+        "--chunk-size",
+        type=positive,
+        default=64,
+        help="chunk size of a chunked kernel. Default: %(default)r",
+    )
+    rec.add_argument(
+        "--dot-precision",
+        choices=("ieee", "tf32", "tf32x3"),
+        default=None,
+        help="tl.dot input precision for fp32. Default: ieee on a CPU, tf32 on CUDA",
+    )
+    rec.add_argument(
+        "--intermediate-dtype",
+        choices=("none", "input", "float16", "bfloat16"),
+        default="none",
+        help="dtype intermediates are rounded to. Default: none",
+    )
+    rec.add_argument(
+        "--casts",
+        type=int,
+        default=1,
+        help="roundings to it on one term's path. Default: %(default)r",
+    )
+    run = check.add_argument_group("the search")
+    run.add_argument(
+        "--budget",
+        type=nonnegative_float,
+        default=60.0,
+        help="wall-clock seconds for the whole check. Default: %(default)r",
+    )
+    run.add_argument(
+        "--timeout",
+        type=nonnegative_float,
+        default=60.0,
+        help="seconds one kernel call may take. Default: %(default)r",
+    )
+    run.add_argument("--seed", type=int, default=0, help="seed of the search. Default: 0")
+    run.add_argument(
+        "--max-seq-len", type=positive, default=32, help="longest T drawn. Default: %(default)r"
+    )
+    run.add_argument(
+        "--report", type=Path, default=None, help="directory for the results and saved failures"
+    )
+    run.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    run.add_argument(
+        "--fail-fast", action="store_true", help="stop at the first property that fails"
+    )
+    run.add_argument(
+        "--isolation",
+        choices=("auto", "process", "none"),
+        default="auto",
+        help="'process': check in a child process the kernel may crash (restarted after a "
+        "crash or hang); 'auto': a process on CUDA, none on a CPU. Default: %(default)r",
+    )
+
+
+def command(args: argparse.Namespace) -> int:
+    """``linattn-verify check TARGET``."""
+    import tempfile
+
+    from linattn_verify.checking import CheckListener, SearchSettings, check_kernel
+    from linattn_verify.errors import InvalidArgument
+    from linattn_verify.isolation import check_isolated
+    from linattn_verify.registry import registered_properties
+    from linattn_verify.results import CaseRecord, PropertyVerdict
+
+    try:
+        import torch
+
+        source = _kernel_source(args, on_cuda=torch.cuda.is_available())
+        isolate = args.isolation == "process" or (
+            args.isolation == "auto" and torch.cuda.is_available()
+        )
+        # Load once here even when isolated: a target that cannot be loaded is a usage error.
+        kernel = source.load()
+        properties = registered_properties()
+    except InvalidArgument as exc:
+        print(f"linattn-verify check: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    out = sys.stderr if args.json else sys.stdout
+    print(f"linattn-verify check {args.target}", file=out)
+    print(f"  assumed: {source.capabilities}", file=out)
+    print(f"  recipe:  {source.recipe}", file=out)
+    print(
+        f"  budget {args.budget:g} s over {len(properties)} properties"
+        f"{', each kernel process isolated' if isolate else ''}",
+        file=out,
+    )
+    report_dir = args.report or Path(tempfile.mkdtemp(prefix="linattn-check-"))
+    report_dir.mkdir(parents=True, exist_ok=True)
+    writer = _check_writer(args, report_dir, kernel, source)
+
+    class Printer(CheckListener):
+        def progress(self, line: str) -> None:
+            print(line, file=out, flush=True)
+
+        def case_finished(self, record: CaseRecord) -> None:
+            writer.add_case(record)
+
+        def verdict(self, verdict: PropertyVerdict) -> None:
+            writer.add_verdict(verdict)
+
+    search = SearchSettings(
+        budget=args.budget,
+        seed=args.seed,
+        max_seq_len=args.max_seq_len,
+        max_head_dim=min(16, args.max_head_dim),
+        failures_dir=report_dir / "failures",
+        fail_fast=args.fail_fast,
+    )
+    if isolate:
+        report = check_isolated(source, list(properties), search, listener=Printer())
+    else:
+        report = check_kernel(kernel, properties, search, listener=Printer())
+    for verdict in report.verdicts:
+        # The settled verdicts: "not_run" and "not_applicable" are decided at the end.
+        writer.add_verdict(verdict)
+    document = writer.finish()
+    if args.json:
+        print(json.dumps(document, default=str))
+    for verdict in report.verdicts:
+        if not verdict.ok:
+            print(f"\n{verdict.message}", file=out)
+    count = Counter(v.status for v in report.verdicts)
+    first = report.first_failure_seconds
+    when = "" if first is None else f"; first failure at {first:.1f} s"
+    print(
+        f"\n{count['held']} held, {count['failed']} failed, {count['not_applicable']} not "
+        f"applicable, {count['not_run']} not run ({report.seconds:.1f} s{when}; report in "
+        f"{report_dir})",
+        file=out,
+    )
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _check_writer(args: argparse.Namespace, report_dir: Path, kernel: Any, source: Any) -> Any:
+    """The `RunWriter` of a check: cases as they finish, the report (run.json, report.*) after."""
+    from linattn_verify._device import environment
+    from linattn_verify.reporting import RunWriter
+
+    arguments: dict[str, Any] = {
+        k: v if isinstance(v, int | float | bool) else str(v) for k, v in vars(args).items()
+    }
+    # How to load the kernel again (what `replay` uses), kept with the run.
+    arguments["source"] = source.to_json()
+    writer = RunWriter(
+        report_dir, command="check", environment=environment(), arguments=arguments, seed=args.seed
+    )
+    writer.add_kernel(kernel)
+    return writer
+
+
+def _kernel_source(args: argparse.Namespace, *, on_cuda: bool) -> Any:
+    """The kernel under test as ``check``'s flags describe it (a `KernelSource`)."""
+    from linattn_verify.kernel import Capabilities
+    from linattn_verify.recipe import PrecisionRecipe
+    from linattn_verify.targets import KernelSource
+
+    dot = args.dot_precision or ("tf32" if on_cuda else "ieee")
+    # argparse restricted these strings to the recipe's choices; PrecisionRecipe rechecks.
+    recipe = PrecisionRecipe.from_dict(
+        {
+            "form": args.form,
+            "chunk_size": args.chunk_size,
+            "accumulation": "mma" if on_cuda and dot != "ieee" else "ieee",
+            "dot_precision": dot,
+            "intermediate_dtype": None
+            if args.intermediate_dtype == "none"
+            else args.intermediate_dtype,
+            "casts_on_path": 0 if args.intermediate_dtype == "none" else args.casts,
+            "decay_scan": {"recurrent": "per_step", "parallel": "global"}.get(
+                args.form or "", "chunk_local"
+            ),
+        }
+    )
+    capabilities = Capabilities(
+        normalize=(args.normalized,),
+        eps=args.eps if args.normalized else 0.0,
+        feature_maps=(args.feature_map,),
+        decay=args.decay == "data",
+        backward=not args.no_backward,
+        varlen=args.varlen,
+        initial_state=not args.no_initial_state,
+        final_state=not args.no_final_state,
+        dtypes=args.dtypes,
+        max_head_dim=args.max_head_dim,
+        even_head_dims=args.even_head_dims,
+        deterministic=not args.nondeterministic,
+    )
+    return KernelSource(
+        target=args.target,
+        capabilities=capabilities,
+        recipe=recipe,
+        form=args.form,
+        timeout=args.timeout,
+    )

@@ -1,0 +1,43 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""``linattn-verify replay FILE`` and ``linattn-verify list``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+
+def replay_command(path: Path) -> int:
+    """``linattn-verify replay FILE``."""
+    from linattn_verify.errors import InvalidArgument
+    from linattn_verify.failures import replay
+    from linattn_verify.registry import registered_kernels, registered_properties
+
+    try:
+        result = replay(path, properties=registered_properties(), kernels=registered_kernels())
+    except (InvalidArgument, FileNotFoundError, ValueError) as exc:
+        print(f"linattn-verify replay: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(result.report())
+    if result.ok:
+        print(f"\nDoes not reproduce: {result.property} now holds for {result.kernel}.")
+        return EXIT_OK
+    print(f"\nReproduces: {result.property} still fails for {result.kernel}.")
+    return EXIT_FAILED
+
+
+def list_kernels() -> int:
+    """``linattn-verify list``."""
+    from linattn_verify.running import select_kernels
+    from linattn_verify.typing import torch_dtype
+
+    for kernel in select_kernels(["*"]):
+        name = kernel.name
+        fn = kernel.fn
+        print(f"{name}: {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}")
+        print(f"  capabilities: {kernel.capabilities}")
+        for dtype in kernel.capabilities.dtypes:
+            print(f"  recipe {dtype:9s} {kernel.precision_recipe(torch_dtype(dtype))}")
+    return EXIT_OK

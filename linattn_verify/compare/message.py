@@ -1,0 +1,92 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The one mismatch-message builder, in the manner of torch.testing.
+
+Any `Comparison` (oracle, pairwise, bitwise) renders as: what is not close to what, the count
+of mismatched elements, the greatest score at its index with the actual and expected values and
+what was allowed there, and the rule. The case is not repeated here: the runner prints it once,
+with its repro and replay lines.
+"""
+
+from __future__ import annotations
+
+from linattn_verify.results import FAIL_THRESHOLD, Comparison
+
+
+def _reference_words(c: Comparison) -> str:
+    if c.kind == "oracle":
+        return "the float64 oracle"
+    if c.kind == "pair":
+        return c.other
+    return "the reference run"
+
+
+def _headline(c: Comparison) -> str:
+    if c.kind == "bitwise":
+        condition = f" {c.other}" if c.other else ""
+        return f"{c.subject} {c.tensor} is not bit-identical{condition}!"
+    if c.kind == "pair":
+        return f"{c.subject} and {c.other} disagree on {c.tensor}!"
+    return f"{c.subject} {c.tensor} is not close to {_reference_words(c)}!"
+
+
+def _rule(c: Comparison) -> str:
+    if c.kind == "bitwise":
+        return "0 allowed"
+    return f"up to {FAIL_THRESHOLD:g} allowed"
+
+
+def _score_words(c: Comparison) -> str:
+    if c.kind == "bitwise":
+        return "Greatest absolute difference"
+    if c.kind == "pair":
+        return "Greatest ratio |a - b| / (B_a + B_b)"
+    if c.scores.eta is not None and c.scores.eta >= c.scores.r:
+        return "Greatest residual ratio η"
+    return "Greatest error score r = |actual - expected| / bound"
+
+
+def mismatch_message(c: Comparison) -> str:
+    """Render a comparison that failed (any kind) as a torch.testing-style message."""
+    head = _headline(c)
+    if c.reason is not None:
+        return f"{head}\n{c.reason}"
+    n, numel = c.counts.mismatched, c.counts.numel
+    rule = "bits differ" if c.kind == "bitwise" else "score > 1"
+    lines = [
+        head,
+        f"Mismatched elements ({rule}): {n} / {numel} ({100.0 * n / max(numel, 1):.1f}%)",
+    ]
+    if c.counts.nonfinite:
+        lines.append(f"Finite/non-finite mismatches: {c.counts.nonfinite} (never allowed)")
+    if c.worst is not None:
+        w = c.worst
+        lines.append(
+            f"{_score_words(c)}: {c.deciding:.3g} at index {w.index} ({_rule(c)}): "
+            f"actual {w.actual:.9g}, expected {w.expected:.9g}, "
+            f"|difference| {abs(w.actual - w.expected):.3g}, allowed {w.allowed:.3g}"
+        )
+    details = []
+    if c.kind == "oracle" and c.scores.rho is not None:
+        details.append(f"ρ = err/(u·M): max {c.scores.rho:.3g}, median {c.scores.median_rho:.3g}")
+    if c.counts.unverifiable:
+        details.append(f"elements not judged (unverifiable): {c.counts.unverifiable}")
+    if c.counts.undefined:
+        details.append(f"elements undefined: {c.counts.undefined}")
+    if c.scores.eps_influence is not None:
+        details.append(f"largest eps influence eps/Z: {c.scores.eps_influence:.3g}")
+    if details:
+        lines.append("; ".join(details))
+    return "\n".join(lines)
+
+
+def summary_line(c: Comparison) -> str:
+    """One line: the tensor, whether it held, its deciding score and against what."""
+    against = {"oracle": "oracle", "pair": f"vs {c.other}", "bitwise": "bitwise"}[c.kind]
+    status = "ok" if c.ok else "FAIL"
+    if c.reason is not None:
+        return f"{c.tensor} ({against}): {status}: {c.reason}"
+    name = {"oracle": "r", "pair": "ratio", "bitwise": "max |diff|"}[c.kind]
+    return f"{c.tensor} ({against}): {status} {name}={c.deciding:.3g}"
+
+
+__all__ = ["mismatch_message", "summary_line"]

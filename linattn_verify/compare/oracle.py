@@ -1,0 +1,283 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Judge a kernel's tensors against the oracle's per-element bounds (docs/error-model.md §7).
+
+Per element, with x̂ the kernel's value, x the float64 oracle, B the rigorous bound and M the
+magnitude from `linattn_verify.tolerance`:
+
+    r = |x̂ - x| / B                       must be <= 1 for a correct kernel (0/0 := 0)
+    η = |N - x̂ Z| / (B^N + |x̂| B^Z + (u_div + u_out)|x̂||Z|)     normalized outputs only
+    ρ = |x̂ - x| / (u_acc M)                "effective roundings", about √c in practice
+
+A tensor FAILS when max r > S on verifiable elements, max η > S anywhere, or x̂ and x disagree on
+being finite where x is representable; S = `FAIL_THRESHOLD` = 2 absorbs second-order terms (the
+bound is first-order rigorous). The deciding score is max(r, η).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+
+from linattn_verify.compare._elementwise import argmax_index, safe_ratio, shape_problem, worst_at
+from linattn_verify.errors import InvalidArgument, PropertyViolation
+from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.results import (
+    FAIL_THRESHOLD,
+    Comparison,
+    Counts,
+    PropertyResult,
+    Scores,
+    judged_status,
+)
+from linattn_verify.semantics import Problem
+from linattn_verify.tolerance import (
+    GRADIENT_NAMES,
+    TensorBound,
+    as_kernel_sees,
+    backward_bounds,
+    forward_bounds,
+)
+
+REFERENCE = "oracle"
+
+
+def _residual_ratio(x: torch.Tensor, finite: torch.Tensor, expected: TensorBound) -> torch.Tensor:
+    """η per element of a normalized output (0 where the residual says nothing)."""
+    res = expected.residual
+    assert res is not None
+    scale = res.numerator_bound + x.abs() * res.denominator_bound
+    scale = scale + (res.rounding * x.abs() + res.absolute) * res.denominator.abs()
+    # Where the exact denominator is 0 the value is fixed by convention (0), not by N/Z: the
+    # residual N - x·Z says nothing there. Nor does it where the kernel returned that
+    # convention's 0 for a denominator its rounding may have zeroed (|Z| <= B^Z).
+    may_vanish = (x == 0) & (res.denominator.abs() <= res.denominator_bound)
+    judged_rows = finite & (res.denominator != 0) & ~may_vanish
+    return torch.where(
+        judged_rows, safe_ratio((res.numerator - x * res.denominator).abs(), scale), 0.0
+    )
+
+
+def compare(
+    actual: object,
+    expected: TensorBound,
+    *,
+    subject: str = "kernel",
+    threshold: float = FAIL_THRESHOLD,
+) -> Comparison:
+    """Judge ``actual`` against a `TensorBound` (see the module docstring for the rule).
+
+    Args:
+        actual: The kernel's tensor, any floating dtype, the shape of ``expected.reference``.
+        expected: Reference, bound and magnitude from `linattn_verify.tolerance`.
+        subject: Who computed ``actual``, for messages. Default: `"kernel"`.
+        threshold: The largest admissible r and η. Default: `2.0`.
+
+    Returns:
+        The `Comparison` (reference ``"oracle"``).
+    """
+    ref = expected.reference
+    numel = ref.numel()
+    wrong = shape_problem(actual, ref)
+    if wrong is not None:
+        return Comparison(expected.name, subject, REFERENCE, "failed", math.inf, reason=wrong)
+    assert isinstance(actual, torch.Tensor)
+    if numel == 0:
+        return Comparison(expected.name, subject, REFERENCE, "held", 0.0)
+    x = actual.detach().to(device=ref.device, dtype=torch.float64)
+    finite = torch.isfinite(x)
+    # A non-finite value is a failure where the exact result is finite, certified and
+    # representable in the output dtype; elsewhere it may be the honest rounding of an
+    # ill-conditioned or out-of-range exact value.
+    limit = torch.finfo(actual.dtype).max if actual.dtype.is_floating_point else math.inf
+    representable = (ref.abs() + torch.nan_to_num(expected.bound, posinf=0.0)) < limit
+    judged = expected.verifiable & representable
+    nonfinite = (finite != torch.isfinite(ref)) & judged
+    err = torch.where(finite, (x - ref).abs(), 0.0)
+    r = torch.where(expected.verifiable, safe_ratio(err, expected.bound), 0.0)
+    rho = safe_ratio(err, expected.unit * expected.magnitude)
+    eta = None if expected.residual is None else _residual_ratio(x, finite, expected)
+    score = r if eta is None else torch.maximum(r, eta)
+    score = torch.where(nonfinite, torch.inf, score)
+    index = argmax_index(score)
+    deciding = float(score[index])
+    checked = r[expected.verifiable]
+    eps_influence = expected.eps_influence
+    scores = Scores(
+        r=float(r.max()),
+        p999_r=float(torch.quantile(checked.float().clamp(max=1e30), 0.999))
+        if checked.numel()
+        else 0.0,
+        eta=None if eta is None else float(eta.max()),
+        rho=float(rho.max()),
+        median_rho=float(rho.median()),
+        rho_over_sqrt_c=float((rho / expected.count.sqrt().clamp(min=1)).max()),
+        eps_influence=None
+        if eps_influence is None or not eps_influence.numel()
+        else float(eps_influence.max()),
+    )
+    counts = Counts(
+        numel=numel,
+        mismatched=int((score > 1).sum()),
+        nonfinite=int(nonfinite.sum()),
+        unverifiable=int((~expected.verifiable).sum()),
+    )
+    return Comparison(
+        tensor=expected.name,
+        subject=subject,
+        reference=REFERENCE,
+        status="held" if deciding <= threshold else "failed",
+        deciding=deciding,
+        scores=scores,
+        worst=worst_at(index, x, ref, expected.bound),
+        counts=counts,
+    )
+
+
+def compare_within(
+    name: str,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    bound: torch.Tensor,
+    *,
+    magnitude: torch.Tensor,
+    unit: float,
+    subject: str = "kernel",
+) -> Comparison:
+    """Judge ``actual`` against ``expected`` (exact, float64) with an absolute bound per element.
+
+    Elements whose bound is infinite are unverifiable (not judged, counted). The rule and the
+    scores are those of `compare`, with one rounding count per element.
+    """
+    expected = expected.to(torch.float64)
+    tb = TensorBound(
+        name=name,
+        reference=expected,
+        bound=bound,
+        magnitude=magnitude,
+        count=torch.ones_like(expected),
+        unit=unit,
+        verifiable=torch.isfinite(bound),
+    )
+    return compare(actual, tb, subject=subject)
+
+
+def check_against_oracle(
+    problem: Problem,
+    o: object,
+    final_state: object = None,
+    *,
+    recipe: PrecisionRecipe,
+    grads: Mapping[str, torch.Tensor | None] | None = None,
+    do: torch.Tensor | None = None,
+    d_final_state: object = None,
+    name: str = "kernel",
+    property: str = "outputs_match_oracle",
+) -> PropertyResult:
+    """Judge a kernel's outputs (and gradients) against the oracle; see `assert_linattn_close`."""
+    if not isinstance(problem, Problem):
+        raise InvalidArgument(
+            "Expected problem to be a Problem (from validate_problem) but got "
+            f"{type(problem).__name__}."
+        )
+    if not isinstance(recipe, PrecisionRecipe):
+        raise InvalidArgument(f"Expected a PrecisionRecipe but got recipe={recipe!r}.")
+    problem = as_kernel_sees(problem, recipe)
+    findings: list[str] = []
+    fb = forward_bounds(problem, recipe)
+    if isinstance(o, torch.Tensor) and o.dtype != problem.q.dtype:
+        findings.append(f"output dtype {o.dtype} differs from the input dtype {problem.q.dtype}")
+    comparisons = [compare(o, fb.tensors["o"], subject=name)]
+    if problem.output_final_state:
+        if final_state is None:
+            findings.append("output_final_state=True but the kernel returned no final state")
+        elif problem.normalize and not (
+            isinstance(final_state, tuple | list) and len(final_state) == 2
+        ):
+            findings.append("normalized kernels must return the final state as (S_T, z_T)")
+        else:
+            parts: tuple[object, ...] = (
+                tuple(final_state)
+                if problem.normalize and isinstance(final_state, tuple | list)
+                else (final_state,)
+            )
+            names = ("final_state", "final_key_sum")
+            comparisons += [
+                compare(x, fb.tensors[n], subject=name) for n, x in zip(names, parts, strict=False)
+            ]
+    if grads is not None:
+        if do is None:
+            raise InvalidArgument("Got grads without do; pass the cotangent that produced them.")
+        unknown = sorted(set(grads) - set(GRADIENT_NAMES))
+        if unknown:
+            raise InvalidArgument(f"Got unknown gradient names {unknown}; known: {GRADIENT_NAMES}.")
+        bb = backward_bounds(problem, recipe, do=do, d_final_state=d_final_state, forward=fb)
+        for key, value in grads.items():
+            if key not in bb:
+                if value is not None:
+                    findings.append(f"gradient for {key} returned, but the problem has no {key}")
+            elif value is None:
+                findings.append(f"no gradient returned for {key}")
+            else:
+                comparisons.append(compare(value, bb[key], subject=name))
+    return PropertyResult(
+        property=property,
+        kernel=name,
+        case=problem.describe(),
+        status=judged_status(comparisons, findings),
+        comparisons=tuple(comparisons),
+        reason="; ".join(findings) or None,
+        notes=(f"Bound: {recipe} (r, η <= {FAIL_THRESHOLD:g} allowed)",),
+    )
+
+
+def assert_linattn_close(
+    problem: Problem,
+    o: object,
+    final_state: object = None,
+    *,
+    recipe: PrecisionRecipe,
+    grads: Mapping[str, torch.Tensor | None] | None = None,
+    do: torch.Tensor | None = None,
+    d_final_state: object = None,
+    name: str = "kernel",
+) -> PropertyResult:
+    """Assert a kernel's outputs (and gradients) lie within the error bounds of the oracle.
+
+    Args:
+        problem: The problem exactly as the kernel received it (`validate_problem`).
+        o: The kernel's output ``[B, T, H, V]``.
+        final_state: The kernel's final state (S_T, or (S_T, z_T) when normalized), or `None`.
+            Default: `None`.
+        recipe: The kernel's precision recipe; eps is rounded to its ``eps_dtype`` for the oracle.
+        grads: Gradients keyed by ``"q"``, ``"k"``, ``"v"``, ``"g"``, ``"initial_state"``,
+            ``"initial_key_sum"``. Default: `None`.
+        do: Cotangent of ``o`` that produced ``grads``. Default: `None`.
+        d_final_state: Cotangent of the final state (dS_T, or (dS_T, dz_T)). Default: `None`.
+        name: The kernel's name for messages. Default: `"kernel"`.
+
+    Returns:
+        The `PropertyResult` (every comparison and its scores) when everything is within bound.
+
+    Raises:
+        PropertyViolation: when a tensor fails (message: torch.testing style, with the worst
+            element, its bound and score, the recipe and the case).
+    """
+    __tracebackhide__ = True
+    result = check_against_oracle(
+        problem,
+        o,
+        final_state,
+        recipe=recipe,
+        grads=grads,
+        do=do,
+        d_final_state=d_final_state,
+        name=name,
+    )
+    if not result.ok:
+        raise PropertyViolation(result.report(), result=result)
+    return result
+
+
+__all__ = ["assert_linattn_close", "check_against_oracle", "compare", "compare_within"]

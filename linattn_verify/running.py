@@ -1,0 +1,291 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Run a property on a case: the one runner the test suite, ``check`` and ``run`` share.
+
+`check_property` runs a property function on one case and one kernel, steers Hypothesis toward
+the deciding score, saves a failing case for ``linattn-verify replay`` and raises
+`PropertyViolation` with the report, the repro and the replay line: what a failing test in the
+project's suite prints is what a user of ``check`` sees.
+
+`run_group` is what ``linattn-verify run`` does for one (kernel, dtype): draw cases, judge each
+with the catalogue's oracle property through `check_property`, emit a `CaseRecord` per case. A
+group is seeded on its own, so its records are the same whether the groups run one after
+another or spread over worker processes (``run --workers N``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import importlib.util
+import math
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from linattn_verify.errors import InvalidArgument, PropertyViolation
+from linattn_verify.failures import PropertyFn, failures_directory, save_failure
+from linattn_verify.kernel import Kernel
+from linattn_verify.registry import registered_kernels, registered_properties
+from linattn_verify.results import CaseRecord, PropertyResult
+from linattn_verify.strategies import ProblemSpec
+
+
+def _steer(result: PropertyResult) -> None:
+    """Steer Hypothesis toward this result's deciding score (the rule's own units)."""
+    from hypothesis import target
+    from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
+
+    worst = result.worst
+    if worst is None or not math.isfinite(worst.deciding):
+        return
+    # A second run of the same property and kernel in one example reuses the label, which
+    # Hypothesis forbids; the first observation is enough to steer by.
+    with contextlib.suppress(HypothesisInvalidArgument):
+        target(worst.deciding, label=f"{result.property} on {result.kernel} ({worst.kind})")
+
+
+def check_property(
+    prop: PropertyFn,
+    spec: ProblemSpec,
+    kernel: Kernel | Sequence[Kernel],
+    *,
+    directory: str | os.PathLike[str] | None = None,
+) -> PropertyResult:
+    """Run a property on a case; steer the search; save and raise if it failed.
+
+    Inside a Hypothesis test the deciding score of the worst comparison is passed to
+    `hypothesis.target`. A failure is saved with `save_failure` (each failing example overwrites
+    the last, and Hypothesis runs the shrunk example last, so the minimal case is what stays).
+
+    Args:
+        prop: The property, ``(spec, kernel) -> PropertyResult``.
+        spec: The case.
+        kernel: The kernel under test (several, for a property that compares kernels).
+        directory: Where to save a failure. Default: `None` (the plugin's
+            ``--linattn-failures``, else ``.linattn-failures``).
+
+    Returns:
+        The result, when the property did not fail.
+
+    Raises:
+        PropertyViolation: with the report, the repro and, last, the line
+            ``Replay: linattn-verify replay <path>``; ``.result`` and ``.failure_file`` set.
+        InvalidArgument: if ``prop`` is not callable or does not return a `PropertyResult`.
+    """
+    __tracebackhide__ = True
+    from hypothesis.control import currently_in_test_context
+
+    if not callable(prop):
+        raise InvalidArgument(f"Expected a callable but got prop={prop!r}.")
+    if not isinstance(spec, ProblemSpec):
+        raise InvalidArgument(f"Expected a ProblemSpec but got spec={spec!r}.")
+    several = not isinstance(kernel, Kernel)
+    if several and not (
+        isinstance(kernel, Sequence) and all(isinstance(k, Kernel) for k in kernel)
+    ):
+        raise InvalidArgument(f"Expected a Kernel (or several) but got kernel={kernel!r}.")
+    result = prop(spec, kernel)
+    if not isinstance(result, PropertyResult):
+        raise InvalidArgument(
+            f"Expected prop={prop!r} to return a PropertyResult but it returned "
+            f"{type(result).__name__}."
+        )
+    if currently_in_test_context():
+        _steer(result)
+    if result.ok:
+        return result
+    path = save_failure(
+        result,
+        spec,
+        result.kernel,
+        failures_directory() if directory is None else directory,
+        kernel_source=None if isinstance(kernel, Sequence) else kernel.source,
+    )
+    raise PropertyViolation(
+        f"{result.report()}\nRepro: {spec.repro()}\nReplay: linattn-verify replay {path}",
+        result=result,
+        failure_file=str(path),
+    )
+
+
+def record_of(
+    kernel: Kernel,
+    spec: ProblemSpec,
+    result: PropertyResult,
+    seconds: float,
+    failure_file: str | None = None,
+) -> CaseRecord:
+    """The `CaseRecord` of ``result`` on ``spec``."""
+    return CaseRecord.of(
+        result,
+        form=kernel.form,
+        dtype=spec.dtype,
+        sizes=(spec.T, spec.K, spec.V),
+        seconds=seconds,
+        failure_file=failure_file,
+    )
+
+
+def harness_error(
+    kernel: Kernel, spec: ProblemSpec, prop: str, exc: BaseException, seconds: float
+) -> CaseRecord:
+    """The record of a case the harness itself failed on (a bug of ours: reported, not hidden)."""
+    return CaseRecord(
+        kernel=kernel.name,
+        form=kernel.form,
+        property=prop,
+        dtype=spec.dtype,
+        T=spec.T,
+        K=spec.K,
+        V=spec.V,
+        case=spec.describe(),
+        status="failed",
+        reason="harness error: " + "".join(traceback.format_exception_only(exc)).strip(),
+        seconds=round(seconds, 3),
+        error=True,
+    )
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """How `run_group` draws and judges the cases of one group."""
+
+    examples: int
+    max_seq_len: int
+    seed: int
+    backward: bool
+    failures_dir: Path | None = None
+
+
+def select_kernels(patterns: Sequence[str]) -> list[Kernel]:
+    """Return the kernels whose names match a glob in ``patterns``.
+
+    Besides the registry, FLA's kernels (``fla/...``) are candidates when FLA is installed and a
+    pattern can match them; they are not registered by default, because importing FLA selects
+    the Triton interpreter's patches and costs seconds.
+
+    Raises:
+        InvalidArgument: if no kernel matches (saying when FLA is not installed).
+    """
+    candidates = registered_kernels()
+    fla_wanted = any(fnmatch.fnmatch("fla/", p.split("/")[0] + "/") for p in patterns)
+    fla_installed = importlib.util.find_spec("fla") is not None
+    if fla_wanted and fla_installed:
+        from linattn_verify.adapters.fla import fla_kernels
+
+        for kernel in fla_kernels():
+            candidates.setdefault(kernel.name, kernel)
+    chosen = [k for n, k in candidates.items() if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    if not chosen:
+        missing = "" if fla_installed else " (FLA is not installed: pip install fla-core==0.6.0)"
+        raise InvalidArgument(
+            f"Got --kernels {','.join(patterns)}, but no kernel matches{missing}; available: "
+            f"{sorted(candidates)}."
+        )
+    return chosen
+
+
+def verify_case(
+    kernel: Kernel, spec: ProblemSpec, *, backward: bool, failures_dir: Path | None = None
+) -> CaseRecord:
+    """Judge ``kernel`` on ``spec`` with the catalogue's oracle property; return the record.
+
+    The judging is ``gradients_match_oracle`` (or ``outputs_match_oracle`` without
+    ``backward``) through `check_property`, so `run` and the test suite score a case
+    identically. A failing case is saved under ``failures_dir`` (one folder per case) for
+    ``linattn-verify replay``; the record names it.
+    """
+    name = "gradients_match_oracle" if backward else "outputs_match_oracle"
+    prop = registered_properties()[name]
+    folder = (
+        None if failures_dir is None else failures_dir / f"{spec.dtype}-T{spec.T}-seed{spec.seed}"
+    )
+    started = time.perf_counter()
+    try:
+        result = check_property(prop, spec, kernel, directory=folder)
+        failure_file = None
+    except PropertyViolation as exc:
+        result, failure_file = exc.result, exc.failure_file
+    return record_of(kernel, spec, result, time.perf_counter() - started, failure_file)
+
+
+def run_group(
+    kernel: Kernel,
+    dtype: str,
+    settings: GroupSettings,
+    emit: Callable[[CaseRecord], None],
+) -> None:
+    """Verify ``kernel`` on ``settings.examples`` drawn cases of one dtype; emit each record.
+
+    A case the harness itself fails on is emitted as a failed record with the error, and the
+    group goes on.
+    """
+    from hypothesis import Phase, given, seed
+    from hypothesis import settings as hypothesis_settings
+
+    from linattn_verify.strategies import kernel_specs
+
+    one_dtype = replace(kernel, capabilities=replace(kernel.capabilities, dtypes=(dtype,)))
+    prop = "gradients_match_oracle" if settings.backward else "outputs_match_oracle"
+
+    @seed(settings.seed)
+    @hypothesis_settings(
+        max_examples=settings.examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+    )
+    @given(spec=kernel_specs(one_dtype, max_seq_len=settings.max_seq_len))
+    def one(spec: ProblemSpec) -> None:
+        started = time.perf_counter()
+        try:
+            record = verify_case(
+                kernel, spec, backward=settings.backward, failures_dir=settings.failures_dir
+            )
+        except Exception as exc:  # a harness error on this case: report it, keep going
+            record = harness_error(kernel, spec, prop, exc, time.perf_counter() - started)
+        emit(record)
+
+    one()
+
+
+def run_group_in_worker(kernel_name: str, dtype: str, settings: GroupSettings) -> list[CaseRecord]:
+    """`run_group` in a worker process, by kernel name (kernels hold closures: not picklable)."""
+    records: list[CaseRecord] = []
+    (kernel,) = [k for k in select_kernels([kernel_name]) if k.name == kernel_name]
+
+    def emit(record: CaseRecord) -> None:
+        records.append(record)
+        sys.stdout.write(progress_line(record) + "\n")
+        sys.stdout.flush()
+
+    run_group(kernel, dtype, settings, emit)
+    return records
+
+
+def progress_line(record: CaseRecord) -> str:
+    """One line saying how a case went."""
+    status = "ok  " if record.ok else "FAIL"
+    worst = record.worst
+    where = "" if worst is None else f" worst {worst.tensor} {worst.deciding:.3g}"
+    return (
+        f"  {status} {record.kernel:16s} {record.dtype:8s} T={record.T:<5d}{where} "
+        f"({record.seconds:.1f}s)"
+    )
+
+
+__all__ = [
+    "GroupSettings",
+    "check_property",
+    "harness_error",
+    "progress_line",
+    "record_of",
+    "run_group",
+    "run_group_in_worker",
+    "select_kernels",
+    "verify_case",
+]

@@ -1,0 +1,649 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The bug zoo: deliberately broken kernels, one or more per row of docs/bug-classes.md.
+
+A broken kernel is a float32 torch kernel in the calling convention that breaks exactly one
+thing, the way a real kernel did (``ZooEntry.mirrors`` names the issue or PR). Its correct twin
+is the same kernel without the bug: the same code path, capabilities and precision recipe, so
+any property the broken kernel fails and its twin holds is a failure caused by the bug. The
+catalogue must reject every broken kernel and accept every twin: `test_zoo.py` searches with the
+catalogue directly, `test_zoo_cli.py` through ``linattn-verify check`` (`cli_targets.py`).
+
+Most kernels reuse the float64-capable reference forms (`linattn_verify.oracles`) evaluated in
+float32, so a twin is exactly a reference kernel and a broken kernel differs from it by one bug.
+
+The file has the helpers the kernels share, the correct twins, the broken kernels grouped by
+bug class in the order of docs/bug-classes.md, then the table `ZOO` (each broken kernel with its
+twin) and `TWINS` (each twin once). Under ``--import-mode=importlib`` a test module cannot
+import a sibling module, so the zoo's ``conftest.py`` and `cli_targets.py` load this file by
+path (`linattn_verify.targets.import_file`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from linattn_verify.feature_maps import apply_feature_map
+from linattn_verify.kernel import Capabilities, Kernel
+from linattn_verify.oracles._sequence import divide_rows
+from linattn_verify.oracles.chunk import chunk_reference
+from linattn_verify.oracles.parallel import parallel_reference
+from linattn_verify.oracles.recurrent import recurrent_reference
+from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.reference_kernels import (
+    RECIPES,
+    REFERENCE_CHUNK_SIZE,
+    convention_kernel,
+    evaluate_form,
+)
+from linattn_verify.registry import FULL
+from linattn_verify.semantics import Problem
+
+F32 = torch.float32
+C = REFERENCE_CHUNK_SIZE
+State = Any
+Impl = Callable[[Problem], tuple[torch.Tensor, State]]
+
+
+# Helpers: the reference forms in float32, and the pieces the broken kernels break.
+
+
+def _out(p: Problem, o: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    """Round o to the input dtype (the state stays float32) and drop an unrequested state."""
+    return o.to(p.q.dtype), state if p.output_final_state else None
+
+
+def reference(form: str, p: Problem) -> tuple[torch.Tensor, State]:
+    """The correct float32 kernel of ``form`` (what `float32_reference` computes)."""
+    return _out(p, *evaluate_form(form, p.to(F32)))
+
+
+def normalized_parts(
+    p: Problem,
+    *,
+    z_scale: float | None = None,
+    z_keys: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, State]:
+    """A normalized kernel built from two unnormalized chunked runs (a common kernel design).
+
+    N_t = s φ(q_t)^T S_t runs with the values; Z_t - eps = s φ(q_t)^T z_t is the same run with a
+    column of ones for v and z_0 as the initial state. ``z_scale`` and ``z_keys`` let a broken
+    kernel give the denominator run a different scale or keys.
+    """
+    if not p.normalize:
+        return reference("chunk", p)
+    x = p.to(F32)
+    plain = replace(x, normalize=False, eps=0.0, initial_key_sum=None, output_final_state=True)
+    o_num, S_T = chunk_reference(plain, chunk_size=C)
+    z0 = None if x.initial_key_sum is None else x.initial_key_sum[..., None]
+    den = replace(
+        plain,
+        k=x.k if z_keys is None else z_keys(x.k),
+        v=x.v.new_ones(*x.v.shape[:3], 1),
+        scale=x.scale if z_scale is None else z_scale,
+        initial_state=z0,
+    )
+    o_den, z_T = chunk_reference(den, chunk_size=C)
+    o = divide_rows(o_num, o_den[..., 0] + x.eps)
+    return _out(p, o, (S_T, z_T[..., 0]))
+
+
+def _sequence_problem(
+    p: Problem, b: int, start: int, end: int, S0: torch.Tensor | None, z0: torch.Tensor | None
+) -> Problem:
+    """The single sequence ``p[b, start:end]`` as its own problem (B = 1, final state on)."""
+    return replace(
+        p,
+        q=p.q[b : b + 1, start:end],
+        k=p.k[b : b + 1, start:end],
+        v=p.v[b : b + 1, start:end],
+        g=None if p.g is None else p.g[b : b + 1, start:end],
+        initial_state=S0,
+        initial_key_sum=z0,
+        output_final_state=True,
+        cu_seqlens=None,
+    )
+
+
+def _row(x: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    return None if x is None else x[n : n + 1]
+
+
+def _zeros_state(p: Problem) -> tuple[torch.Tensor, torch.Tensor | None]:
+    _, _, H, K, V = p.shape
+    z = p.q.new_zeros(1, H, K) if p.normalize else None
+    return p.q.new_zeros(1, H, K, V), z
+
+
+def per_sequence(
+    p: Problem,
+    run: Callable[[Problem], tuple[torch.Tensor, State]],
+    *,
+    carry_at: Callable[[int], bool] = lambda start: False,
+    drop_empty: bool = False,
+) -> tuple[torch.Tensor, State]:
+    """Run ``run`` on each sequence separately (the launch grid of a varlen kernel).
+
+    ``carry_at(start)`` says whether the previous sequence's final state leaks into the one
+    starting at ``start``; ``drop_empty`` launches only non-empty sequences and indexes the
+    initial state by launch position (both bugs; the defaults are correct).
+    """
+    x = p.to(F32)
+    outputs, finals = [], []
+    carried: tuple[torch.Tensor, torch.Tensor | None] | None = None
+    launched = 0
+    for n, b, start, end in x.sequences():
+        if drop_empty and end == start:
+            finals.append(_zeros_state(x))
+            continue
+        row = launched if drop_empty else n
+        launched += 1
+        S0, z0 = _row(x.initial_state, row), _row(x.initial_key_sum, row)
+        if carried is not None and carry_at(start):
+            base_S, base_z = _zeros_state(x) if S0 is None else (S0, z0)
+            S0 = base_S + carried[0]
+            z0 = None if base_z is None or carried[1] is None else base_z + carried[1]
+        o, final = run(_sequence_problem(x, b, start, end, S0, z0))
+        outputs.append(o[0])
+        carried = final if isinstance(final, tuple) else (final, None)
+        finals.append(carried)
+    B, T, H, _, V = x.shape
+    o = torch.cat(outputs, dim=0).reshape(B, T, H, V) if outputs else x.v.new_zeros(B, T, H, V)
+    S_T = torch.cat([f[0] for f in finals], dim=0)
+    state = (S_T, torch.cat([f[1] for f in finals], dim=0)) if x.normalize else S_T
+    return _out(p, o, state)
+
+
+def _chunk_form(p: Problem) -> tuple[torch.Tensor, State]:
+    return chunk_reference(p, chunk_size=C)
+
+
+class _TotalMinusPrefixCumsum(torch.autograd.Function):
+    """G = cumsum(g) whose backward forms the suffix sum Σ_{s>=t} dG_s as total - prefix."""
+
+    @staticmethod
+    def forward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(g, dim=-1)
+
+    @staticmethod
+    def backward(ctx: Any, dG: torch.Tensor) -> torch.Tensor:
+        # The bug (fla PR #1095): total - inclusive prefix + own term cancels catastrophically
+        # when the suffix is small next to the total; torch's flip-cumsum-flip does not.
+        return dG.sum(-1, keepdim=True) - torch.cumsum(dG, dim=-1) + dG
+
+
+def parallel_one(x: Problem, bug: str | None = None) -> tuple[torch.Tensor, State]:
+    """The parallel form on one float32 sequence (B = 1), with an optional bug.
+
+    Correct (``bug=None``) it is `parallel_reference`. The bugs: ``"exp_before_mask"``
+    exponentiates G_i - G_j everywhere and multiplies by the mask (inf * 0 = NaN once
+    G_i - G_j > 88 above the diagonal); ``"factored"`` computes exp(G_i) / exp(G_j) (0/0 and
+    x/0 once exp(G) underflows, subnormal precision before that); ``"unit_gate_guard"`` clamps
+    g <= -1e-6 to guard a log, changing every gate = 1 result; ``"total_minus_prefix"`` takes
+    dg from `_TotalMinusPrefixCumsum`; ``"short_unmasked"`` drops the causal mask on sequences
+    of at most one block (C tokens).
+    """
+    s = x.scale
+    q = apply_feature_map(x.q[0], x.feature_map).transpose(0, 1)  # [H, L, K]
+    k = apply_feature_map(x.k[0], x.feature_map).transpose(0, 1)  # [H, L, K]
+    v = x.v[0].transpose(0, 1)  # [H, L, V]
+    H, L, K = q.shape
+    mask = torch.ones(L, L, dtype=torch.bool).tril()
+    if bug == "short_unmasked" and L <= C:
+        mask = torch.ones(L, L, dtype=torch.bool)
+    w_start = w_end = q.new_ones(H, L)
+    if x.g is None:
+        W = mask.to(q.dtype).expand(H, L, L)
+    else:
+        g = x.g[0].transpose(0, 1)  # [H, L]
+        if bug == "unit_gate_guard":
+            g = g.clamp(max=-1e-6)
+        G = _TotalMinusPrefixCumsum.apply(g) if bug == "total_minus_prefix" else g.cumsum(-1)
+        diff = G[:, :, None] - G[:, None, :]
+        w_start = torch.exp(G)
+        if bug == "factored":
+            W = torch.where(mask, w_start[:, :, None] / w_start[:, None, :], 0.0)
+            w_end = w_start[:, -1:] / w_start
+        else:
+            if bug == "exp_before_mask":
+                W = torch.exp(diff) * mask
+            else:
+                W = torch.exp(diff.masked_fill(~mask, float("-inf")))
+            w_end = torch.exp(G[:, -1:] - G)
+    P = s * (q @ k.transpose(-1, -2)) * W  # [H, L, L]
+    S0 = x.q.new_zeros(H, K, v.shape[-1]) if x.initial_state is None else x.initial_state[0]
+    z0 = x.q.new_zeros(H, K) if x.initial_key_sum is None else x.initial_key_sum[0]
+    o = P @ v + s * w_start[..., None] * (q @ S0)
+    total = w_start[:, -1] if L else q.new_ones(H)
+    S_T = (k * w_end[..., None]).transpose(-1, -2) @ v + total[:, None, None] * S0
+    z_T = (k * w_end[..., None]).sum(dim=1) + total[:, None] * z0
+    if x.normalize:
+        Z = P.sum(-1) + s * w_start * (q @ z0[..., None])[..., 0] + x.eps
+        o = divide_rows(o, Z)
+    o = o.transpose(0, 1)[None]
+    return o, (S_T[None], z_T[None]) if x.normalize else S_T[None]
+
+
+def _parallel_with(bug: str, doc: str) -> Impl:
+    """`parallel_one` with ``bug`` on each sequence, as a kernel named ``parallel_<bug>``."""
+
+    def impl(p: Problem) -> tuple[torch.Tensor, State]:
+        return per_sequence(p, functools.partial(parallel_one, bug=bug))
+
+    impl.__name__ = f"parallel_{bug}"
+    impl.__doc__ = doc
+    return impl
+
+
+def stepwise(x: Problem, state_dtype: torch.dtype = F32) -> tuple[torch.Tensor, State]:
+    """The recurrent form on one float32 sequence, keeping the state in ``state_dtype``."""
+    S, z = x.initial_state, x.initial_key_sum
+    outputs, final = [], None
+    for t in range(x.q.shape[1]):
+        step = replace(
+            x,
+            q=x.q[:, t : t + 1],
+            k=x.k[:, t : t + 1],
+            v=x.v[:, t : t + 1],
+            g=None if x.g is None else x.g[:, t : t + 1],
+            initial_state=S,
+            initial_key_sum=z,
+        )
+        o, final = recurrent_reference(step)
+        outputs.append(o)
+        S, z = final if isinstance(final, tuple) else (final, None)
+        # The running state lives in state_dtype between steps (a no-op for float32).
+        S = S.to(state_dtype).to(F32)
+        z = None if z is None else z.to(state_dtype).to(F32)
+    if not outputs:
+        return recurrent_reference(x)
+    return torch.cat(outputs, dim=1), final
+
+
+def flat_cumsum_denominator(p: Problem, *, over_heads: bool = False) -> tuple[torch.Tensor, State]:
+    """Normalized output as N_t / (s φ(q_t)·z_t + eps), z_t a cumulative sum of φ(k).
+
+    Correct, z_t sums over tokens. With ``over_heads`` the cumsum runs over the flattened
+    token-head axis of ``[B, T*H, K]``: right for H = 1, mixing heads otherwise.
+    """
+    x = p.to(F32)
+    plain = replace(x, normalize=False, eps=0.0, initial_key_sum=None, output_final_state=True)
+    N, S_T = parallel_reference(plain)
+    phi_k = apply_feature_map(x.k, x.feature_map)
+    B, T, H, K = phi_k.shape
+    z = phi_k.reshape(B, T * H, K).cumsum(1).reshape(B, T, H, K) if over_heads else phi_k.cumsum(1)
+    Z = x.scale * (apply_feature_map(x.q, x.feature_map) * z).sum(-1) + x.eps
+    return _out(p, divide_rows(N, Z), (S_T, z[:, -1]))
+
+
+DENOMINATOR_CAPS = replace(FULL, normalize=(True,), decay=False, varlen=False, initial_state=False)
+"""What `flat_cumsum_denominator` supports: normalized output; no decay, initial state, varlen."""
+
+
+def _truncated_to_chunks(x: Problem) -> tuple[torch.Tensor, State]:
+    L = x.q.shape[1]
+    full = L - L % C
+    cut = _sequence_problem(x, 0, 0, full, x.initial_state, x.initial_key_sum)
+    o, state = chunk_reference(cut, chunk_size=C)
+    # The tail rows come from a zero-initialised output buffer nobody writes.
+    tail = o.new_zeros(1, L - full, *o.shape[2:])
+    return torch.cat([o, tail], dim=1), state
+
+
+class _MisstridedStateGradient(torch.autograd.Function):
+    """Identity forward on S_T ``[N, H, K, V]``; backward reads dS_T with row stride K, not V."""
+
+    @staticmethod
+    def forward(ctx: Any, S: torch.Tensor) -> torch.Tensor:
+        return S.clone()
+
+    @staticmethod
+    def backward(ctx: Any, dS: torch.Tensor) -> torch.Tensor:
+        N, H, K, V = dS.shape
+        flat = dS.reshape(N, H, K * V)
+        index = torch.arange(K)[:, None] * K + torch.arange(V)[None, :]  # [K, V]
+        valid = index < K * V
+        # Reads past the end are masked to 0, as a masked tl.load would.
+        return torch.where(valid, flat[..., index.clamp(max=K * V - 1)], 0.0)
+
+
+def _head_first(x: torch.Tensor) -> torch.Tensor:
+    """Read ``[B, T, H, ...]`` in its logical order as if it were ``[B, H, T, ...]``."""
+    B, T, H = x.shape[:3]
+    return x.reshape(B, H, T, *x.shape[3:]).transpose(1, 2)
+
+
+def _raw(x: torch.Tensor) -> torch.Tensor:
+    """Read ``x``'s storage from its offset as if ``x`` were contiguous."""
+    strides, step = [], 1
+    for size in reversed(x.shape):
+        strides.append(step)
+        step *= size
+    return torch.as_strided(x, x.shape, tuple(reversed(strides)), x.storage_offset())
+
+
+class _ScaledGradient(torch.autograd.Function):
+    """Identity forward; backward multiplies the incoming gradient by a constant."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, factor: float) -> torch.Tensor:
+        ctx.factor = factor
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.factor, None
+
+
+# The correct twins: each broken kernel below is one of these with one bug.
+
+
+def _twin(name: str, impl: Impl, recipe: PrecisionRecipe, caps: Capabilities = FULL) -> Kernel:
+    return Kernel(name=name, fn=convention_kernel(impl), capabilities=caps, recipe=recipe)
+
+
+CHUNK_TWIN = _twin("zoo-twin/chunk", functools.partial(reference, "chunk"), RECIPES["chunk"])
+RECURRENT_TWIN = _twin(
+    "zoo-twin/recurrent", functools.partial(reference, "recurrent"), RECIPES["recurrent"]
+)
+PARTS_TWIN = _twin("zoo-twin/normalized-parts", normalized_parts, RECIPES["chunk"])
+SEQUENCE_TWIN = _twin(
+    "zoo-twin/per-sequence", lambda p: per_sequence(p, _chunk_form), RECIPES["chunk"]
+)
+PARALLEL_TWIN = _twin(
+    "zoo-twin/parallel", lambda p: per_sequence(p, parallel_one), RECIPES["parallel"]
+)
+STEPWISE_TWIN = _twin(
+    "zoo-twin/stepwise", lambda p: per_sequence(p, stepwise), RECIPES["recurrent"]
+)
+DENOMINATOR_TWIN = _twin(
+    "zoo-twin/cumsum-denominator", flat_cumsum_denominator, RECIPES["parallel"], DENOMINATOR_CAPS
+)
+
+
+# Normalization.
+
+
+def denominator_cumsum_over_heads(p: Problem) -> tuple[torch.Tensor, State]:
+    """Normalization: cumsums φ(k) over the token-head axis, mixing heads (fla PR #594, #850)."""
+    return flat_cumsum_denominator(p, over_heads=True)
+
+
+def key_sum_dropped_on_resume(p: Problem) -> tuple[torch.Tensor, State]:
+    """Normalization: resumes from S_0 but restarts the key sum z from 0 (fla PR #268)."""
+    if p.initial_key_sum is not None:
+        p = replace(p, initial_key_sum=torch.zeros_like(p.initial_key_sum))
+    return reference("chunk", p)
+
+
+def normalizer_default_scale(p: Problem) -> tuple[torch.Tensor, State]:
+    """Normalization: scales the normalizer by K^-1/2, not the caller's s (fla PR #130)."""
+    # fla resolved ``scale=None`` for the numerator only; `Kernel.call` always passes the
+    # resolved scale, so the reachable form of the bug is a normalizer that never sees it.
+    return normalized_parts(p, z_scale=p.shape[3] ** -0.5)
+
+
+def denominator_detached(p: Problem) -> tuple[torch.Tensor, State]:
+    """Normalization: builds Z from detached keys, so dk misses the normalizer (fla PR #875)."""
+    return normalized_parts(p, z_keys=torch.Tensor.detach)
+
+
+# Gate overflow.
+
+parallel_exp_before_mask = _parallel_with(
+    "exp_before_mask",
+    "Gate overflow: exp(G_i - G_j) before the causal mask gives inf * 0 = NaN (fla #34).",
+)
+parallel_factored = _parallel_with(
+    "factored", "Gate overflow: exp(G_i) / exp(G_j) is 0/0 once exp(G) underflows."
+)
+parallel_unit_gate_guard = _parallel_with(
+    "unit_gate_guard", "Gate overflow: clamps g <= -1e-6 to guard a log, breaking gate = 1."
+)
+
+
+# Precision.
+
+parallel_total_minus_prefix = _parallel_with(
+    "total_minus_prefix",
+    "Precision: dg's suffix sum as total - prefix cancels catastrophically (fla PR #1095).",
+)
+
+
+def state_in_bfloat16(p: Problem) -> tuple[torch.Tensor, State]:
+    """Precision: rounds the running state to bfloat16 after every token (fla #36)."""
+    return per_sequence(p, functools.partial(stepwise, state_dtype=torch.bfloat16))
+
+
+# Tail and length.
+
+
+def partial_last_chunk_skipped(p: Problem) -> tuple[torch.Tensor, State]:
+    """Tail and length: launches T // C chunks, skipping a partial last one (lightning-attn #27)."""
+    return per_sequence(p, _truncated_to_chunks)
+
+
+parallel_short_unmasked = _parallel_with(
+    "short_unmasked", "Tail and length: drops the causal mask on sequences of at most C tokens."
+)
+
+
+# Varlen.
+
+
+def state_kept_across_unaligned_boundary(p: Problem) -> tuple[torch.Tensor, State]:
+    """Varlen: resets the state only at chunk-aligned boundaries, leaking it across the others."""
+    # A chunk straddling a document boundary carries the previous document's state into the next.
+    return per_sequence(p, _chunk_form, carry_at=lambda start: start % C != 0)
+
+
+def empty_segments_dropped(p: Problem) -> tuple[torch.Tensor, State]:
+    """Varlen: skips empty segments and indexes h0 by launch position, misplacing later h0s."""
+    # Every segment after an empty one starts from the wrong initial state.
+    return per_sequence(p, _chunk_form, drop_empty=True)
+
+
+# State.
+
+
+def initial_state_ignored(p: Problem) -> tuple[torch.Tensor, State]:
+    """State: starts every sequence from zero whatever ``initial_state`` says (fla #285)."""
+    return reference("chunk", replace(p, initial_state=None, initial_key_sum=None))
+
+
+def final_state_gradient_misstrided(p: Problem) -> tuple[torch.Tensor, State]:
+    """State: reads the cotangent dS_T with row stride K instead of V, right only when K == V."""
+    o, state = reference("chunk", p)
+    if isinstance(state, tuple):
+        return o, (_MisstridedStateGradient.apply(state[0]), state[1])
+    return o, None if state is None else _MisstridedStateGradient.apply(state)
+
+
+# Shapes and layout.
+
+
+def head_dim_rounded_down(p: Problem) -> tuple[torch.Tensor, State]:
+    """Shapes and layout: computes one tile of the largest 2^n <= K dims (lightning-attn #15)."""
+    K = p.shape[3]
+    Kp = 1 << (K.bit_length() - 1)
+    S0, z0 = p.initial_state, p.initial_key_sum
+    cut = replace(
+        p,
+        q=p.q[..., :Kp],
+        k=p.k[..., :Kp],
+        initial_state=None if S0 is None else S0[..., :Kp, :],
+        initial_key_sum=None if z0 is None else z0[..., :Kp],
+    )
+    o, state = reference("chunk", cut)
+    if isinstance(state, tuple):
+        pad = torch.nn.functional.pad
+        return o, (pad(state[0], (0, 0, 0, K - Kp)), pad(state[1], (0, K - Kp)))
+    return o, None if state is None else torch.nn.functional.pad(state, (0, 0, 0, K - Kp))
+
+
+def head_first_layout_assumed(p: Problem) -> tuple[torch.Tensor, State]:
+    """Shapes and layout: indexes q, k, v, g, o as head-first [B, H, T, D] (fla #547)."""
+    g = None if p.g is None else _head_first(p.g)
+    o, state = reference(
+        "chunk", replace(p, q=_head_first(p.q), k=_head_first(p.k), v=_head_first(p.v), g=g)
+    )
+    B, T, H, V = o.shape
+    return o.transpose(1, 2).reshape(B, T, H, V), state
+
+
+def contiguity_assumed(p: Problem) -> tuple[torch.Tensor, State]:
+    """Shapes and layout: ignores the strides of q, k, v, g and reads them as contiguous."""
+    # A kernel without fla's ``input_guard``; `_entry` passes it the inputs' strides.
+    g = None if p.g is None else _raw(p.g)
+    return reference("chunk", replace(p, q=_raw(p.q), k=_raw(p.k), v=_raw(p.v), g=g))
+
+
+# Scale.
+
+
+def dv_uses_default_scale(p: Problem) -> tuple[torch.Tensor, State]:
+    """Scale: computes dv with K^-1/2 where the forward used the caller's scale (fla #47)."""
+    factor = p.shape[3] ** -0.5 / p.scale
+    return reference("chunk", replace(p, v=_ScaledGradient.apply(p.v, factor)))
+
+
+# Compile and device.
+
+
+def wrong_under_compile(p: Problem) -> tuple[torch.Tensor, State]:
+    """Compile and device: a "fused" path under torch.compile forgets the scale (fla #52)."""
+    if torch.compiler.is_compiling():
+        p = replace(p, scale=1.0)
+    return reference("chunk", p)
+
+
+# Contract.
+
+
+def scales_q_in_place(p: Problem) -> tuple[torch.Tensor, State]:
+    """Contract: returns correct results, then scales q in place (q *= s) when inferring."""
+    # It reuses q's buffer as scratch once no gradient needs it.
+    result = reference("chunk", p)
+    if not p.q.requires_grad:
+        p.q.mul_(p.scale)
+    return result
+
+
+def returns_float32(p: Problem) -> tuple[torch.Tensor, State]:
+    """Contract: returns the float32 accumulator instead of rounding o to the input dtype."""
+    o, state = evaluate_form("chunk", p.to(F32))
+    return o, state if p.output_final_state else None
+
+
+_CALLS = itertools.count()
+
+
+def nondeterministic(p: Problem) -> tuple[torch.Tensor, State]:
+    """Contract: claims determinism, but moves o by one float32 ulp on every other call."""
+    # Its reduction order alternates between calls, as split-K atomics do. Alternating rather
+    # than random noise makes every rerun differ, so a failing case fails again when Hypothesis
+    # replays it (random ulp noise on one element often rounds away).
+    o, state = evaluate_form("chunk", p.to(F32))
+    if next(_CALLS) % 2:
+        o = torch.nextafter(o, torch.full_like(o, torch.inf))
+    return _out(p, o, state)
+
+
+def uninitialised_state(p: Problem) -> tuple[torch.Tensor, State]:
+    """Contract: starts from ``torch.empty`` instead of zeros when no initial state is given."""
+    if p.initial_state is None:
+        N, (_, _, H, K, V) = p.num_sequences, p.shape
+        z = torch.empty(N, H, K) if p.normalize else None
+        p = replace(p, initial_state=torch.empty(N, H, K, V), initial_key_sum=z)
+    return reference("chunk", p)
+
+
+# Reference.
+
+
+def naive_reference_ignores_scale(p: Problem) -> tuple[torch.Tensor, State]:
+    """Reference: a naive recurrent reference that never applies the scale (fla #850's sibling)."""
+    return reference("recurrent", replace(p, scale=1.0))
+
+
+# The zoo: every broken kernel with its twin, and each twin once.
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """A broken kernel, its correct twin and the bug it mirrors.
+
+    Attributes:
+        broken: The broken kernel (name ``zoo/<bug>``).
+        twin: The same kernel without the bug (same capabilities and recipe).
+        bug_class: The row of docs/bug-classes.md.
+        mirrors: The real bug it mirrors.
+        extra: Properties from outside the catalogue (``test_zoo.EXTRA``) its search adds.
+    """
+
+    broken: Kernel
+    twin: Kernel
+    bug_class: str
+    mirrors: str
+    extra: tuple[str, ...] = ()
+
+
+def _entry(
+    impl: Impl, twin: Kernel, bug_class: str, mirrors: str, extra: tuple[str, ...] = ()
+) -> ZooEntry:
+    # The one kernel whose bug is about strides must see them.
+    fn = convention_kernel(impl, contiguous=impl is not contiguity_assumed)
+    broken = replace(twin, name=f"zoo/{impl.__name__}", fn=fn)
+    return ZooEntry(broken=broken, twin=twin, bug_class=bug_class, mirrors=mirrors, extra=extra)
+
+
+ZOO: tuple[ZooEntry, ...] = (
+    _entry(denominator_cumsum_over_heads, DENOMINATOR_TWIN, "normalization", "fla #594, #850"),
+    _entry(key_sum_dropped_on_resume, CHUNK_TWIN, "normalization", "fla PR #268"),
+    _entry(normalizer_default_scale, PARTS_TWIN, "normalization", "fla PR #130"),
+    _entry(denominator_detached, PARTS_TWIN, "normalization", "fla PR #875"),
+    _entry(parallel_exp_before_mask, PARALLEL_TWIN, "gate overflow", "fla #34"),
+    _entry(parallel_factored, PARALLEL_TWIN, "gate overflow", "exp(G_i)/exp(G_j)"),
+    _entry(parallel_unit_gate_guard, PARALLEL_TWIN, "gate overflow", "fla #104, #389"),
+    _entry(parallel_total_minus_prefix, PARALLEL_TWIN, "precision", "fla PR #1095"),
+    _entry(state_in_bfloat16, STEPWISE_TWIN, "precision", "fla #36"),
+    _entry(partial_last_chunk_skipped, SEQUENCE_TWIN, "tail and length", "lightning-attn #27"),
+    _entry(parallel_short_unmasked, PARALLEL_TWIN, "tail and length", "fla #88"),
+    _entry(state_kept_across_unaligned_boundary, SEQUENCE_TWIN, "varlen", "chunk straddling"),
+    _entry(empty_segments_dropped, SEQUENCE_TWIN, "varlen", "empty segments"),
+    _entry(initial_state_ignored, CHUNK_TWIN, "state", "fla #285, #494"),
+    _entry(final_state_gradient_misstrided, CHUNK_TWIN, "state", "dht wrong when K != V"),
+    _entry(head_dim_rounded_down, CHUNK_TWIN, "shapes and layout", "lightning-attn #15"),
+    _entry(head_first_layout_assumed, CHUNK_TWIN, "shapes and layout", "fla #547"),
+    _entry(contiguity_assumed, CHUNK_TWIN, "shapes and layout", "strided inputs"),
+    _entry(dv_uses_default_scale, CHUNK_TWIN, "scale", "fla #47"),
+    _entry(
+        wrong_under_compile,
+        CHUNK_TWIN,
+        "compile and device",
+        "fla #52",
+        ("compiled_matches_eager",),
+    ),
+    _entry(scales_q_in_place, CHUNK_TWIN, "contract", "inputs modified in place"),
+    _entry(returns_float32, CHUNK_TWIN, "contract", "output dtype changed"),
+    _entry(nondeterministic, CHUNK_TWIN, "contract", "nondeterministic reduction"),
+    _entry(uninitialised_state, CHUNK_TWIN, "contract", "uninitialised memory"),
+    _entry(naive_reference_ignores_scale, RECURRENT_TWIN, "reference", "naive reference, #850"),
+)
+"""Every zoo kernel with its twin, in the order of docs/bug-classes.md."""
+
+
+def _twins() -> tuple[tuple[Kernel, tuple[str, ...]], ...]:
+    extras: dict[int, tuple[Kernel, set[str]]] = {}
+    for e in ZOO:
+        extras.setdefault(id(e.twin), (e.twin, set()))[1].update(e.extra)
+    return tuple((twin, tuple(sorted(extra))) for twin, extra in extras.values())
+
+
+TWINS = _twins()
+"""Each distinct twin once, with every extra property the searches of its broken kernels add."""
