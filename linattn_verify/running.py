@@ -54,6 +54,7 @@ def check_property(
     kernel: Kernel | Sequence[Kernel],
     *,
     directory: str | os.PathLike[str] | None = None,
+    steer: bool = True,
 ) -> PropertyResult:
     """Run a property on a case; steer the search; save and raise if it failed.
 
@@ -67,6 +68,9 @@ def check_property(
         kernel: The kernel under test (several, for a property that compares kernels).
         directory: Where to save a failure. Default: `None` (the plugin's
             ``--linattn-failures``, else ``.linattn-failures``).
+        steer: Pass the deciding score to `hypothesis.target` inside a Hypothesis test.
+            Default: `True`. Hypothesis generates later examples from what it observed, so a
+            fixed sample (``run``'s report cases, the same for every kernel) does not steer.
 
     Returns:
         The result, when the property did not fail.
@@ -94,7 +98,7 @@ def check_property(
             f"Expected prop={prop!r} to return a PropertyResult but it returned "
             f"{type(result).__name__}."
         )
-    if currently_in_test_context():
+    if steer and currently_in_test_context():
         _steer(result)
     if result.ok:
         return result
@@ -196,8 +200,9 @@ def verify_case(
 
     The judging is ``gradients_match_oracle`` (or ``outputs_match_oracle`` without
     ``backward``) through `check_property`, so `run` and the test suite score a case
-    identically. A failing case is saved under ``failures_dir`` (one folder per case) for
-    ``linattn-verify replay``; the record names it.
+    identically; it does not steer, so every kernel of a run sees the same cases. A failing
+    case is saved under ``failures_dir`` (one folder per case) for ``linattn-verify replay``;
+    the record names it.
     """
     name = "gradients_match_oracle" if backward else "outputs_match_oracle"
     prop = registered_properties()[name]
@@ -206,7 +211,7 @@ def verify_case(
     )
     started = time.perf_counter()
     try:
-        result = check_property(prop, spec, kernel, directory=folder)
+        result = check_property(prop, spec, kernel, directory=folder, steer=False)
         failure_file = None
     except PropertyViolation as exc:
         result, failure_file = exc.result, exc.failure_file
