@@ -60,10 +60,12 @@ def mismatch_message(c: Comparison) -> str:
         lines.append(f"Finite/non-finite mismatches: {c.counts.nonfinite} (never allowed)")
     if c.worst is not None:
         w = c.worst
+        allowance = {"oracle": "bound B", "pair": "B_a + B_b"}.get(c.kind)
         lines.append(
             f"{_score_words(c)}: {c.deciding:.3g} at index {w.index} ({_rule(c)}): "
             f"actual {w.actual:.9g}, expected {w.expected:.9g}, "
-            f"|difference| {abs(w.actual - w.expected):.3g}, allowed {w.allowed:.3g}"
+            f"|difference| {abs(w.actual - w.expected):.3g}"
+            + ("" if allowance is None else f", {allowance} {w.allowed:.3g}")
         )
     details = []
     if c.kind == "oracle" and c.scores.rho is not None:
