@@ -46,6 +46,9 @@ STATUSES: tuple[Status, ...] = get_args(Status)
 TensorStatus = Literal["held", "failed"]
 """How one tensor of one comparison came out."""
 
+Severity = Literal["realistic", "extreme-range"]
+"""Whether a failure lies at magnitudes models produce (see `linattn_verify.triage`)."""
+
 FAIL_THRESHOLD = 2.0
 """The largest admissible deciding score against a bound (r, η, or the pair ratio).
 
@@ -78,6 +81,10 @@ class Scores:
         median_rho: Median ρ, else `None`.
         rho_over_sqrt_c: Largest ρ / √c, else `None`.
         eps_influence: Largest eps / Z of a normalized output, else `None`.
+        correctly_rounded: Share of elements correctly rounded to a 16-bit output dtype, else
+            `None` (`linattn_verify.compare.ulps`).
+        faithfully_rounded: Share of elements faithfully rounded to it, else `None`.
+        max_ulps: Largest error in its ulps, else `None`.
     """
 
     r: float = 0.0
@@ -87,6 +94,9 @@ class Scores:
     median_rho: float | None = None
     rho_over_sqrt_c: float | None = None
     eps_influence: float | None = None
+    correctly_rounded: float | None = None
+    faithfully_rounded: float | None = None
+    max_ulps: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the scores that were measured (no `None` values)."""
@@ -179,6 +189,8 @@ class Comparison:
         worst: Where ``deciding`` is reached, or `None` (nothing to compare, wrong shape).
         counts: Element counts.
         reason: Why the values could not be compared (a wrong shape, type or dtype), else `None`.
+        severity: For a failed bound comparison, ``"realistic"`` or ``"extreme-range"``
+            (`linattn_verify.triage.severity`), else `None`.
     """
 
     tensor: str
@@ -190,6 +202,7 @@ class Comparison:
     worst: Worst | None = None
     counts: Counts = Counts()
     reason: str | None = None
+    severity: Severity | None = None
 
     @property
     def ok(self) -> bool:
@@ -218,6 +231,7 @@ class Comparison:
             "worst": None if self.worst is None else self.worst.to_json(),
             "counts": self.counts.to_json(),
             "reason": self.reason,
+            "severity": self.severity,
         }
 
     @classmethod
@@ -234,6 +248,7 @@ class Comparison:
             worst=None if worst is None else Worst.from_json(worst),
             counts=Counts.from_json(data.get("counts", {})),
             reason=data.get("reason"),
+            severity=data.get("severity"),
         )
 
 

@@ -11,13 +11,10 @@ rather than of the algorithm. Both are failures; the severity only sorts them.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 
-from linattn_verify.results import Comparison
-
-Severity = Literal["realistic", "extreme-range"]
+from linattn_verify.results import Comparison, Severity
 
 EXTREME_LOW = 1e-20
 """Magnitudes below this are outside what models produce."""

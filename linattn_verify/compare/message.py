@@ -78,7 +78,26 @@ def mismatch_message(c: Comparison) -> str:
         details.append(f"largest eps influence eps/Z: {c.scores.eps_influence:.3g}")
     if details:
         lines.append("; ".join(details))
+    if c.scores.max_ulps is not None:
+        lines.append(
+            f"In ulps of the output dtype: {_percent(c.scores.correctly_rounded)} correctly "
+            f"rounded, {_percent(c.scores.faithfully_rounded)} faithfully rounded, worst "
+            f"{c.scores.max_ulps:.3g} ulps"
+        )
+    if c.severity is not None:
+        lines.append(f"Severity: {c.severity} ({SEVERITY_WORDS[c.severity]})")
     return "\n".join(lines)
+
+
+SEVERITY_WORDS = {
+    "realistic": "the worst element lies at magnitudes models produce",
+    "extreme-range": "the worst element lies below 1e-20 or within 16x of the dtype's largest "
+    "value, outside what models produce",
+}
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
 
 
 def summary_line(c: Comparison) -> str:
