@@ -138,7 +138,7 @@ def check_kernel(
                 break
             search_started = time.perf_counter()
             index = list(verdicts).index(name)
-            verdict = _search(
+            verdict = search_property(
                 properties[name],
                 kernel,
                 strategy,
@@ -180,7 +180,7 @@ def check_kernel(
     return CheckReport(kernel=kernel.name, verdicts=settled, seconds=time.perf_counter() - started)
 
 
-def _search(
+def search_property(
     prop: Callable[..., Any],
     kernel: Kernel,
     strategy: Any,
@@ -275,5 +275,6 @@ __all__ = [
     "SearchSettings",
     "check_kernel",
     "load_target",
+    "search_property",
     "with_timeout",
 ]

@@ -1,0 +1,194 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""``linattn-verify soak``: search the catalogue for hours, resumably (`linattn_verify.soak`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from linattn_verify.cli._args import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    globs,
+    nonnegative_float,
+    positive,
+)
+from linattn_verify.soak import DEFAULT_CHUNK_EXAMPLES, DEFAULT_KERNELS, DEFAULT_STATE
+
+
+def _names(text: str) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names but got {text!r}")
+    return items
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 but got {text!r}")
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``soak`` subcommand."""
+    soak = sub.add_parser(
+        "soak",
+        help="search (kernel, property) pairs for hours, resumably, keeping score in a file",
+        description="Visit every (kernel, property) pair round-robin, one Hypothesis search of "
+        "--chunk-examples cases per visit with a seed never used before on that pair, until "
+        "--budget seconds (default: until SIGINT or SIGTERM). Counts and failures accumulate in "
+        "--state across invocations; failing cases are saved beside it for `linattn-verify "
+        "replay`. Exit status: 0 no failure recorded, 1 one was, 2 usage error or a state file "
+        "that cannot be read.",
+    )
+    soak.add_argument(
+        "--kernels",
+        type=globs,
+        default=DEFAULT_KERNELS,
+        help="comma-separated globs over kernel names (see `list`); FLA's kernels are included "
+        "when FLA is installed. Default: %(default)s",
+    )
+    soak.add_argument(
+        "--properties",
+        type=_names,
+        default=None,
+        help="comma-separated property names. Default: every registered property",
+    )
+    soak.add_argument(
+        "--budget",
+        type=nonnegative_float,
+        default=None,
+        help="wall-clock seconds for this invocation; no visit starts after. Default: unlimited",
+    )
+    soak.add_argument(
+        "--state",
+        type=Path,
+        default=DEFAULT_STATE,
+        help="the state file (JSON), created if missing; failures go to <stem>.failures/ beside "
+        "it. Default: %(default)s",
+    )
+    soak.add_argument(
+        "--max-seq-len", type=positive, default=32, help="longest T drawn. Default: %(default)s"
+    )
+    soak.add_argument(
+        "--max-head-dim",
+        type=positive,
+        default=16,
+        help="largest K and V drawn. Default: %(default)s",
+    )
+    soak.add_argument(
+        "--chunk-examples",
+        type=positive,
+        default=DEFAULT_CHUNK_EXAMPLES,
+        help="examples in one visit's search. Default: %(default)s",
+    )
+    soak.add_argument(
+        "--max-visits",
+        type=positive,
+        default=None,
+        help="stop after this many visits in this invocation. Default: unlimited",
+    )
+    soak.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        help="base seed of a new state file (a resumed one keeps its own). Default: 0",
+    )
+    soak.add_argument(
+        "--summary",
+        action="store_true",
+        help="print the table of --state and exit, without running",
+    )
+
+
+def _error(message: object) -> int:
+    print(f"linattn-verify soak: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def command(args: argparse.Namespace) -> int:
+    """``linattn-verify soak``."""
+    from linattn_verify.errors import InvalidArgument
+    from linattn_verify.soak import load_state, summary
+
+    if args.summary:
+        try:
+            state = load_state(args.state)
+        except InvalidArgument as exc:
+            return _error(exc)
+        if state is None:
+            return _error(f"Got --state {args.state}, but there is no such file.")
+        print(summary(state, args.state))
+        return EXIT_OK if state.ok else EXIT_FAILED
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from linattn_verify.errors import InvalidArgument
+    from linattn_verify.registry import registered_properties
+    from linattn_verify.running import select_kernels
+    from linattn_verify.soak import (
+        SoakSettings,
+        Stopper,
+        failures_dir_of,
+        load_state,
+        locked,
+        soak,
+        summary,
+    )
+
+    try:
+        kernels = select_kernels(args.kernels)
+        available = registered_properties()
+        wanted = args.properties or tuple(available)
+        if unknown := [name for name in wanted if name not in available]:
+            raise InvalidArgument(
+                f"Got --properties {','.join(wanted)}, but {unknown} "
+                f"{'is' if len(unknown) == 1 else 'are'} not registered; available: "
+                f"{sorted(available)}."
+            )
+        properties = {name: available[name] for name in wanted}
+        settings = SoakSettings(
+            chunk_examples=args.chunk_examples,
+            max_seq_len=args.max_seq_len,
+            max_head_dim=args.max_head_dim,
+            budget=args.budget,
+            max_visits=args.max_visits,
+            seed=args.seed,
+        )
+        with locked(args.state):
+            before = load_state(args.state)
+            resumed = (
+                "new state"
+                if before is None
+                else f"resuming {sum(p.examples for p in before.pairs)} examples over "
+                f"{len(before.invocations)} invocation(s)"
+            )
+            budget = "unlimited" if args.budget is None else f"{args.budget:g} s"
+            print(
+                f"linattn-verify soak: {len(kernels)} kernels x {len(properties)} properties, "
+                f"{args.chunk_examples} examples per visit, budget {budget}; state {args.state} "
+                f"({resumed}), failures in {failures_dir_of(args.state)}/",
+                flush=True,
+            )
+            with Stopper().installed() as stopper:
+                state = soak(
+                    kernels,
+                    properties,
+                    args.state,
+                    settings,
+                    say=lambda line: print(line, flush=True),
+                    stopper=stopper,
+                )
+    except InvalidArgument as exc:
+        return _error(exc)
+    print(f"\nstopped: {state.invocations[-1].stopped}\n", flush=True)
+    print(summary(state, args.state), flush=True)
+    return EXIT_OK if state.ok else EXIT_FAILED
