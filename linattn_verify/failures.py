@@ -181,7 +181,7 @@ class SavedFailure:
         if h0 is not None and s.normalize:
             # The calling convention's state argument (see `Problem.state_arg`).
             h0 = (h0, t["initial_key_sum"])
-        return validate_problem(
+        problem = validate_problem(
             t["q"],
             t["k"],
             t["v"],
@@ -194,6 +194,7 @@ class SavedFailure:
             output_final_state=s.output_final_state,
             cu_seqlens=t.get("cu_seqlens"),
         )
+        return dataclasses.replace(problem, omit=frozenset(s.omit))
 
 
 def load_failure(path: str | os.PathLike[str]) -> SavedFailure:
@@ -224,8 +225,11 @@ def load_failure(path: str | os.PathLike[str]) -> SavedFailure:
         known = {f.name for f in dataclasses.fields(ProblemSpec)}
         if unknown := sorted(set(fields) - known):
             raise InvalidArgument(f"Got path={str(path)!r} with unknown spec fields {unknown}.")
-        if fields.get("segments") is not None:
-            fields["segments"] = tuple(fields["segments"])
+        for name in ("segments", "omit"):
+            # JSON has lists. A spec saved before ``omit`` existed has none: it is replayed
+            # with every argument passed explicitly.
+            if isinstance(fields.get(name), list):
+                fields[name] = tuple(fields[name])
         spec = ProblemSpec(**fields)
         inputs = torch.load(tensor_path, weights_only=True)
         return SavedFailure(

@@ -11,6 +11,10 @@ normalized (and with which eps), which feature map it applies internally, decay,
 varlen, dtypes, head-dim limit, determinism, and its precision recipe. Our own kernels also take
 ``normalize=``, ``eps=`` and ``feature_map=`` keywords (``configurable=True``), so one registered
 kernel covers every semantic variant.
+
+A caller may leave out any argument at its default (`linattn_verify.semantics.OMITTABLE`), so
+`Kernel.call` passes every argument explicitly except those the problem asks to omit
+(`Problem.omit`): the search exercises both calling styles, and with them the kernel's defaults.
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ import torch
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
-from linattn_verify.typing import KERNEL_DTYPES, FeatureMap, Form, dtype_name
+from linattn_verify.typing import (
+    KERNEL_DTYPES,
+    ZERO_DENOMINATORS,
+    FeatureMap,
+    Form,
+    ZeroDenominator,
+    dtype_name,
+)
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 
@@ -52,6 +63,10 @@ class Capabilities:
             asserts it, because Triton miscompiles odd 16-bit tails). Default: `()`.
         deterministic: Promises bit-identical reruns. Default: `True`.
         chunk_sizes: Chunk sizes it accepts through ``chunk_size=`` (empty: none). Default: `()`.
+        zero_denominator: What its normalized output is where the exact denominator is exactly 0
+            and the exact result undefined (docs/design.md §3): ``"zero"`` (0, our kernels'
+            convention), ``"ieee"`` (the IEEE quotient: NaN for 0/0, ±inf for x/0) or ``"any"``
+            (not judged there). Default: `"any"`: the harness imposes no choice of its own.
     """
 
     normalize: tuple[bool, ...] = (False,)
@@ -69,6 +84,7 @@ class Capabilities:
     even_head_dims: tuple[str, ...] = ()
     deterministic: bool = True
     chunk_sizes: tuple[int, ...] = ()
+    zero_denominator: ZeroDenominator = "any"
 
     def __post_init__(self) -> None:
         if not self.normalize or any(not isinstance(n, bool) for n in self.normalize):
@@ -99,6 +115,11 @@ class Capabilities:
             )
         if self.eps < 0:
             raise InvalidArgument(f"Got eps={self.eps!r}, but eps must be >= 0.")
+        if self.zero_denominator not in ZERO_DENOMINATORS:
+            raise InvalidArgument(
+                f"Got zero_denominator={self.zero_denominator!r}; it must be one of "
+                f"{ZERO_DENOMINATORS}."
+            )
 
 
 Recipe = PrecisionRecipe | Callable[[torch.dtype], PrecisionRecipe]
@@ -194,19 +215,31 @@ class Kernel:
         return None
 
     def call(self, problem: Problem) -> tuple[Any, Any]:
-        """Call the kernel on ``problem``'s tensors (as they are: no copies, no casts)."""
+        """Call the kernel on ``problem``'s tensors (as they are: no copies, no casts).
+
+        Every argument the kernel declares is passed explicitly (``g=None``, ``initial_state=
+        None`` and ``cu_seqlens=None`` too, where it declares decay, initial states, varlen),
+        except those ``problem.omit`` names whose value is the convention's default
+        (`Problem.at_default`): those are left out, so the kernel's own default applies. A kernel
+        that does not declare ``g``, ``initial_state`` or ``cu_seqlens`` is passed them only
+        when the problem gives them a value (a problem `supports` rejects).
+        """
         cap = self.capabilities
         p = problem
+        left_out = p.omit & p.at_default()
         kwargs: dict[str, Any] = {"scale": p.scale, **self.options}
-        if p.initial_state is not None:
+        if cap.initial_state or p.initial_state is not None:
             kwargs["initial_state"] = p.state_arg
         kwargs["output_final_state"] = p.output_final_state
-        if p.cu_seqlens is not None:
-            kwargs["cu_seqlens"] = p.cu_seqlens.to(p.q.device)
+        if cap.varlen or p.cu_seqlens is not None:
+            kwargs["cu_seqlens"] = None if p.cu_seqlens is None else p.cu_seqlens.to(p.q.device)
         if cap.configurable:
             kwargs.update(normalize=p.normalize, eps=p.eps, feature_map=p.feature_map)
+        for name in left_out - set(self.options):
+            kwargs.pop(name, None)
         args: tuple[Any, ...] = (p.q, p.k, p.v)
-        if p.g is not None and self.implied_decay is None:
+        takes_g = self.implied_decay is None and (cap.decay or p.g is not None)
+        if takes_g and "g" not in left_out:
             args = (*args, p.g)
         return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
 

@@ -35,8 +35,11 @@ FULL = Capabilities(
     configurable=True,
     decay=True,
     varlen=True,
+    zero_denominator="zero",
 )
-"""Everything the function allows: what our Triton kernels and torch references support."""
+"""Everything the function allows: what our Triton kernels and torch references support.
+
+They return 0 where the exact denominator is 0 (``zero_denominator="zero"``, docs/design.md §3)."""
 
 ENTRY_POINT_GROUP = "linattn_verify.kernels"
 PROPERTIES_ENTRY_POINT_GROUP = "linattn_verify.properties"

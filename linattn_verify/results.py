@@ -152,7 +152,9 @@ class Counts:
         numel: Elements compared.
         mismatched: Judged elements beyond their allowance (r > 1, ratio > 1, bits differ).
         nonfinite: Judged elements finite on one side only (never allowed).
-        undefined: Elements whose exact value is undefined (e.g. a zero denominator), not judged.
+        undefined: Elements whose exact value is undefined (an exactly zero exact denominator, or
+            a gradient depending on one): never judged against an exact value, only against
+            the value the kernel declares there (docs/design.md §3).
         unverifiable: Elements the bound cannot judge (infinite bound), not judged by r.
     """
 

@@ -19,7 +19,9 @@ Conventions fixed here, which every oracle and our kernels share:
   `linattn_verify.recipe.PrecisionRecipe.effective_eps`).
 * A normalized row whose denominator s φ(q_t)^T z_t + eps is exactly zero returns 0. With
   φ >= 0 and eps = 0 this is the row whose every feature product vanishes (its numerator is
-  then exactly zero too), the 0/0 case; the exact result is defined to be 0 there. A
+  then exactly zero too), the 0/0 case; the exact result is defined to be 0 there. (That is the
+  oracles' and our kernels' choice; the exact quotient is undefined there, and a kernel under
+  test declares its own, `linattn_verify.kernel.Capabilities.zero_denominator`.) A
   computation in a given precision treats a denominator below that format's smallest normal
   number as zero too (`linattn_verify.feature_maps.vanishes`): its reciprocal would overflow,
   and no rounding analysis can certify such a row (it is *unverifiable* in the error model).
@@ -44,6 +46,21 @@ from linattn_verify.typing import FeatureMap, dtype_name
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 """Input dtypes the function is defined for."""
 
+OMITTABLE = (
+    "g",
+    "scale",
+    "normalize",
+    "eps",
+    "feature_map",
+    "initial_state",
+    "output_final_state",
+    "cu_seqlens",
+)
+"""The arguments a caller may leave out of a kernel call (docs/design.md §4), each then taking its
+documented default: no decay, K^-1/2, unnormalized, eps = 0, the identity feature map, a zero
+initial state, no final state, one dense sequence per batch row (`validate_problem`'s defaults).
+"""
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -62,6 +79,10 @@ class Problem:
         initial_key_sum: z_0 ``[N, H, K]`` (normalized problems only) or `None` (zeros).
         output_final_state: Whether the final state is part of the result.
         cu_seqlens: Sequence boundaries ``[N+1]`` (int64, CPU) or `None`.
+        omit: Arguments (`OMITTABLE`) a kernel call leaves out where their value is the
+            default (`at_default`), to exercise the kernel's own defaults. How the kernel is
+            called, not what it computes: the oracles ignore it. Default: none (every argument
+            passed explicitly).
     """
 
     q: torch.Tensor
@@ -76,6 +97,7 @@ class Problem:
     initial_key_sum: torch.Tensor | None
     output_final_state: bool
     cu_seqlens: torch.Tensor | None
+    omit: frozenset[str] = frozenset()
 
     @property
     def shape(self) -> tuple[int, int, int, int, int]:
@@ -101,6 +123,24 @@ class Problem:
             for n in range(len(bounds) - 1):
                 yield n, 0, int(bounds[n]), int(bounds[n + 1])
 
+    def at_default(self) -> frozenset[str]:
+        """Return the arguments (of `OMITTABLE`) whose value is the calling convention's default.
+
+        The scale is at its default when it equals K^-1/2 exactly (as `validate_problem`
+        resolves ``scale=None``).
+        """
+        defaults = {
+            "g": self.g is None,
+            "scale": self.scale == self.q.shape[-1] ** -0.5,
+            "normalize": not self.normalize,
+            "eps": self.eps == 0.0,
+            "feature_map": self.feature_map == "identity",
+            "initial_state": self.initial_state is None,
+            "output_final_state": not self.output_final_state,
+            "cu_seqlens": self.cu_seqlens is None,
+        }
+        return frozenset(name for name, default in defaults.items() if default)
+
     def describe(self) -> str:
         """Return a one-line description: shapes, dtype and every option."""
         B, T, H, K, V = self.shape
@@ -120,6 +160,8 @@ class Problem:
             parts.append("final_state")
         if self.cu_seqlens is not None:
             parts.append(f"cu_seqlens={self.cu_seqlens.tolist()}")
+        if omitted := [n for n in OMITTABLE if n in self.omit & self.at_default()]:
+            parts.append(f"called without {','.join(omitted)}")
         return " ".join(parts)
 
     def inputs(self) -> dict[str, torch.Tensor]:
@@ -186,6 +228,7 @@ class Problem:
             initial_key_sum=conv(self.initial_key_sum),
             output_final_state=self.output_final_state,
             cu_seqlens=self.cu_seqlens,
+            omit=self.omit,
         )
 
 
@@ -372,4 +415,4 @@ def _check_initial_state(
     return S0, z0
 
 
-__all__ = ["FLOAT_DTYPES", "Problem", "check_feature_map", "validate_problem"]
+__all__ = ["FLOAT_DTYPES", "OMITTABLE", "Problem", "check_feature_map", "validate_problem"]

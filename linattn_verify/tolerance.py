@@ -58,6 +58,13 @@ parallel form) and e_Z = B^Z/|Z| the relative error of the kernel's denominator;
 kernel's own ô used in δ_t contributes |do_t|·B^o_t ζ_t absolutely. The dg magnitude is the larger
 row-sum-plus-column-sum one (the q·dq - k·dk algorithm), and its reverse cumsum adds (T - s + 1)
 roundings. Gradient elements that depend on an unverifiable denominator are unverifiable.
+
+**Undefined elements** (docs/error-model.md §3). Where the exact denominator Z_t is exactly 0 the
+exact o_t is undefined, and so is every gradient element that depends on row t (`depends_on_rows`:
+dq_t; dk_j, dv_j, dg_j for j <= t; dS_0, dz_0 of the sequence; per head). Each `TensorBound`
+marks them (``undefined``) and carries the kernel's declared convention for them
+(``zero_denominator``); the bounds themselves are those of the ``"zero"`` convention (o_t = 0,
+its rows contributing nothing to the gradients) whatever the declaration.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ from linattn_verify._bounds.terms import SequenceTerms, Units
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
+from linattn_verify.typing import ZeroDenominator
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,8 @@ class Residual:
     denominator_bound: torch.Tensor  # B^Z, [B, T, H, 1]
     rounding: float  # u_div + u_out
     absolute: float  # absolute rounding error of a tiny output (below the normal range)
+    numerator_magnitude: torch.Tensor | None = None  # M^N, [B, T, H, V]
+    denominator_magnitude: torch.Tensor | None = None  # M^Z (eps included), [B, T, H, 1]
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,12 @@ class TensorBound:
         verifiable: Elements whose forward bound is meaningful (B^Z < |Z|/2 where it applies).
         eps_influence: eps / Z per row for normalized outputs, else `None`.
         residual: The residual-test pieces for normalized outputs, else `None`.
+        undefined: Elements whose exact value is undefined (an exactly zero exact denominator
+            of their row, or a gradient element depending on one: `depends_on_rows`), or `None`
+            (none). ``reference`` and ``bound`` there are those of the ``"zero"`` convention.
+        zero_denominator: The convention the kernel declared for undefined elements (see
+            `linattn_verify.typing.ZeroDenominator`); `linattn_verify.compare.compare` judges
+            them by it. Default: `"zero"`.
     """
 
     name: str
@@ -111,6 +127,8 @@ class TensorBound:
     verifiable: torch.Tensor
     eps_influence: torch.Tensor | None = None
     residual: Residual | None = None
+    undefined: torch.Tensor | None = None
+    zero_denominator: ZeroDenominator = "zero"
 
 
 @dataclass(frozen=True)
@@ -159,13 +177,17 @@ def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
     return replace(problem, eps=recipe.effective_eps(problem.eps))
 
 
-def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
+def forward_bounds(
+    problem: Problem, recipe: PrecisionRecipe, *, zero_denominator: ZeroDenominator = "zero"
+) -> ForwardBounds:
     """Compute the exact forward result and its error bounds for a kernel following ``recipe``.
 
     Args:
         problem: The problem exactly as the kernel received it (any dtype: it is converted
             exactly to float64; its dtype sets the output rounding and the cast unit).
         recipe: The kernel's precision recipe.
+        zero_denominator: The kernel's declared value where the exact denominator is 0, carried
+            by every `TensorBound` (the bounds do not depend on it). Default: `"zero"`.
 
     Returns:
         `ForwardBounds`: the absolute bound tensors (``o`` ``[B, T, H, V]``, ``final_state``
@@ -194,6 +216,7 @@ def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
     tensors: dict[str, TensorBound] = {}
     residual = None
     eps_influence = None
+    undefined = None
     if p.normalize:
         residual = Residual(
             numerator=rows("N", V),
@@ -202,8 +225,11 @@ def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
             denominator_bound=rows("B_Z", 1),
             rounding=units.div + units.out,
             absolute=units.out_abs,
+            numerator_magnitude=rows("M_N", V),
+            denominator_magnitude=rows("M_Z", 1),
         )
         eps_influence = rows("eps_influence", 1)[..., 0]
+        undefined = (residual.denominator == 0).expand_as(o_ref)
     tensors["o"] = TensorBound(
         name="o",
         reference=o_ref,
@@ -214,6 +240,8 @@ def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
         verifiable=verifiable,
         eps_influence=eps_influence,
         residual=residual,
+        undefined=undefined,
+        zero_denominator=zero_denominator,
     )
     final_state = final_key_sum = None
     if p.output_final_state:
@@ -227,6 +255,7 @@ def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
             count=count_S.expand_as(S_ref),
             unit=units.acc,
             verifiable=torch.ones_like(S_ref, dtype=torch.bool),
+            zero_denominator=zero_denominator,
         )
         final_state = B_S
         if p.normalize:
@@ -239,6 +268,7 @@ def forward_bounds(problem: Problem, recipe: PrecisionRecipe) -> ForwardBounds:
                 count=count_S.expand_as(z_ref),
                 unit=units.acc,
                 verifiable=torch.ones_like(z_ref, dtype=torch.bool),
+                zero_denominator=zero_denominator,
             )
             final_key_sum = B_z
     return ForwardBounds(
@@ -324,6 +354,7 @@ def backward_bounds(
     do: torch.Tensor,
     d_final_state: object = None,
     forward: ForwardBounds | None = None,
+    zero_denominator: ZeroDenominator = "zero",
 ) -> dict[str, TensorBound]:
     """Compute the exact gradients and their error bounds for a kernel following ``recipe``.
 
@@ -335,6 +366,9 @@ def backward_bounds(
             normalized problems the pair ``(dS_T, dz_T)`` (either may be `None`). Default: `None`.
         forward: ``forward_bounds(problem, recipe)`` when the caller has it already (its terms
             are reused, not recomputed). Default: `None`.
+        zero_denominator: The kernel's declared value where the exact denominator is 0; the
+            gradient elements that depend on such a row are marked ``undefined``
+            (`depends_on_rows`) and carry it. Default: `"zero"`.
 
     Returns:
         A `TensorBound` per gradient, keyed by `GRADIENT_NAMES` (only the inputs that exist).
@@ -342,7 +376,12 @@ def backward_bounds(
     if not isinstance(do, torch.Tensor) or tuple(do.shape) != tuple(problem.v.shape):
         got = tuple(do.shape) if isinstance(do, torch.Tensor) else type(do).__name__
         raise InvalidArgument(f"Expected do of shape {tuple(problem.v.shape)} but got {got}.")
-    pieces = (forward or forward_bounds(problem, recipe)).pieces
+    fb = forward or forward_bounds(problem, recipe)
+    pieces = fb.pieces
+    o_residual = fb.tensors["o"].residual
+    undefined = (
+        {} if o_residual is None else depends_on_rows(problem, o_residual.denominator[..., 0] == 0)
+    )
     p, units = _prepare(problem, recipe)
     refs = reference_gradients(as_kernel_sees(problem, recipe), do, d_final_state)
     dS, dz = _split_final_cotangent(d_final_state, p)
@@ -403,8 +442,44 @@ def backward_bounds(
             count=count.expand_as(ref),
             unit=units.acc,
             verifiable=~bad,
+            undefined=undefined.get(name),
+            zero_denominator=zero_denominator,
         )
     return result
+
+
+def depends_on_rows(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Return, per gradient (keyed by `GRADIENT_NAMES`), the elements that depend on ``rows``.
+
+    ``rows`` ``[B, T, H]`` marks output rows o_t (of one head). With j and t positions of one
+    sequence, o_t depends on q_t, on k_j, v_j, g_j for every j <= t (the weight of key j in row t
+    is exp(G_t - G_j) > 0, and a kernel's rounded weight multiplies whatever row t contributes),
+    and on S_0, z_0 of its sequence, all of the same head; so the elements returned are dq_t;
+    dk_j, dv_j, dg_j for j <= t; dS_0 and dz_0 of the sequence (docs/error-model.md §3).
+
+    Returns:
+        Boolean masks for ``q``, ``k``, ``v`` (``[B, T, H, K|V]``), ``g`` (``[B, T, H]``),
+        ``initial_state`` (``[N, H, K, V]``) and ``initial_key_sum`` (``[N, H, K]``).
+    """
+    B, T, H, K, V = problem.shape
+    rows = rows.to(torch.bool)
+    later = torch.zeros_like(rows)
+    sequence = torch.zeros(problem.num_sequences, H, dtype=torch.bool, device=rows.device)
+    for n, b, start, end in problem.sequences():
+        if end > start:
+            r = rows[b, start:end].to(torch.int8)  # [L, H]
+            # Some row at or after position j: a reverse running maximum.
+            later[b, start:end] = torch.flip(torch.cummax(torch.flip(r, [0]), 0).values, [0]) > 0
+            sequence[n] = r.bool().any(0)
+    N = problem.num_sequences
+    return {
+        "q": rows[..., None].expand(B, T, H, K),
+        "k": later[..., None].expand(B, T, H, K),
+        "v": later[..., None].expand(B, T, H, V),
+        "g": later,
+        "initial_state": sequence[..., None, None].expand(N, H, K, V),
+        "initial_key_sum": sequence[..., None].expand(N, H, K),
+    }
 
 
 __all__ = [
@@ -415,6 +490,7 @@ __all__ = [
     "as_kernel_sees",
     "backward_bounds",
     "cotangent_loss",
+    "depends_on_rows",
     "forward_bounds",
     "reference_gradients",
 ]

@@ -46,6 +46,15 @@ LowDtype = Literal["float32", "float16", "bfloat16"]
 KERNEL_DTYPES: tuple[LowDtype, ...] = get_args(LowDtype)
 """The input dtypes a kernel is checked in by default (float64 is the oracles')."""
 
+ZeroDenominator = Literal["zero", "ieee", "any"]
+"""What a normalized kernel returns where the exact denominator s φ(q_t)^T z_t + eps is exactly 0
+(the exact result is undefined there; docs/design.md §3): ``zero``: 0 (our kernels' convention);
+``ieee``: the IEEE quotient of the computed zero denominator (NaN for 0/0, ±inf for x/0);
+``any``: any value (nothing is judged there)."""
+
+ZERO_DENOMINATORS: tuple[ZeroDenominator, ...] = get_args(ZeroDenominator)
+"""The zero-denominator conventions a kernel may declare."""
+
 
 def torch_dtype(name: str) -> torch.dtype:
     """Return the torch dtype named ``name`` (one of `DTYPE_NAMES`).
@@ -70,6 +79,7 @@ __all__ = [
     "DTYPE_NAMES",
     "FORMS",
     "KERNEL_DTYPES",
+    "ZERO_DENOMINATORS",
     "Accumulation",
     "DecayScan",
     "Division",
@@ -79,6 +89,7 @@ __all__ = [
     "Form",
     "LowDtype",
     "OracleMethod",
+    "ZeroDenominator",
     "dtype_name",
     "torch_dtype",
 ]

@@ -97,6 +97,8 @@ def forward_sequence(
             Z=Z,
             B_N=B_N,
             B_Z=B_Z,
+            M_N=M_N,
+            M_Z=M_Z,
             eps_influence=(p.eps / torch.where(Z == 0, 1, Z.abs()))[..., 0],
         )
         Z_rows = Z

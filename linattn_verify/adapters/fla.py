@@ -44,11 +44,21 @@ fp16 backward of the ``chunk`` kernels asserts even K and V (``chunk_bwd_dv``: T
 miscompiles odd 16-bit tails into illegal memory accesses), so those kernels declare
 ``even_head_dims`` for both 16-bit dtypes.
 
-Known weakness (fp16, normalized): torch computes the normalizer in fp16, where eps = 1e-10
-rounds to 0 (a row with q = 0 gives NaN where fp32 and bf16 give 0), s q·k_cum can underflow to
-0 (inf or NaN), and the unnormalized output, rounded to fp16 before the division, can overflow
+Zero denominators: FLA divides ``o / denom`` with torch, IEEE arithmetic and no guard, so where
+its computed denominator is 0 it returns NaN (0/0) or ±inf (x/0): the normalized kernels declare
+``zero_denominator="ieee"`` (docs/design.md §3). With eps = 1e-10 the exact denominator is 0
+only in fp16, where torch adds eps in fp16 and 1e-10 rounds to 0 (``eps_dtype``): a row with
+q = 0 is then 0/0, whose exact value is undefined, and FLA's NaN there is its declared IEEE value
+(counted as undefined, not a failure; fp32 and bf16 keep eps and return 0 on such a row). The
+chunked kernels' backward (``chunk``, ``fused_chunk``) spreads that NaN into dv of the chunk's
+later keys (0·NaN in the masked intra-chunk product), whose exact gradient does not depend on
+the 0/0 row: the oracle reports those as non-finite mismatches, a real finding.
+
+Known weakness (fp16, normalized): torch computes the normalizer in fp16, where s q·k_cum can
+underflow to 0 (inf or NaN: accepted where the denominator may round to 0, as IEEE division of a
+computed 0), and the unnormalized output, rounded to fp16 before the division, can overflow
 although the normalized result is about |v|. The kernels still declare fp16, as FLA does; the
-oracle reports these cases as non-finite mismatches.
+oracle reports the overflow as a non-finite mismatch.
 """
 
 from __future__ import annotations
@@ -331,7 +341,10 @@ def fla_kernels() -> list[Kernel]:
         )
 
     plain = Capabilities(varlen=True)
-    normalized = Capabilities(normalize=(True,), eps=FLA_EPS, varlen=True)
+    # `normalize_with_z_state` divides with torch, unguarded: where its computed denominator is
+    # 0 (only in fp16 for an exact 0, where eps = 1e-10 rounds to 0), IEEE division gives NaN
+    # for 0/0 and ±inf for x/0. That is the "ieee" convention (see the module docstring).
+    normalized = Capabilities(normalize=(True,), eps=FLA_EPS, varlen=True, zero_denominator="ieee")
     forms: dict[str, Form] = {"chunk": "chunk", "fused_chunk": "chunk"}
     for variant in ("chunk", "fused_chunk", "fused_recurrent"):
         fla_fn = getattr(linear, f"{variant}_linear_attn")

@@ -52,6 +52,14 @@ def add_parser(sub: Any) -> None:
         default="identity",
         help="feature map the kernel applies itself. Default: %(default)r",
     )
+    sem.add_argument(
+        "--zero-denominator",
+        choices=("zero", "ieee", "any"),
+        default="any",
+        help="what a normalized output is where the exact denominator is exactly 0 (0/0): "
+        "'zero' returns 0, 'ieee' the IEEE quotient (NaN for 0/0, ±inf for x/0), 'any' is not "
+        "judged there. Default: %(default)r",
+    )
     cap = check.add_argument_group("what the kernel supports")
     cap.add_argument("--varlen", action="store_true", help="accepts cu_seqlens")
     cap.add_argument("--no-backward", action="store_true", help="not differentiable")
@@ -206,19 +214,36 @@ def command(args: argparse.Namespace) -> int:
     document = writer.finish()
     if args.json:
         print(json.dumps(document, default=str))
-    for verdict in report.verdicts:
-        if not verdict.ok:
-            print(f"\n{verdict.message}", file=out)
+    findings = _print_findings(document, report.verdicts, out)
     count = Counter(v.status for v in report.verdicts)
     first = report.first_failure_seconds
     when = "" if first is None else f"; first failure at {first:.1f} s"
+    grouped = f" ({findings} finding{'s' if findings != 1 else ''})" if count["failed"] else ""
     print(
-        f"\n{count['held']} held, {count['failed']} failed, {count['not_applicable']} not "
-        f"applicable, {count['not_run']} not run ({report.seconds:.1f} s{when}; report in "
+        f"\n{count['held']} held, {count['failed']} failed{grouped}, {count['not_applicable']} "
+        f"not applicable, {count['not_run']} not run ({report.seconds:.1f} s{when}; report in "
         f"{report_dir})",
         file=out,
     )
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _print_findings(document: dict[str, Any], verdicts: Any, out: Any) -> int:
+    """Print the failures grouped by root cause (the run document's findings); return how many.
+
+    Each finding names every property it broke and shows the message of the first (with its
+    repro and replay lines); the per-property verdicts stay in run.json.
+    """
+    by_property = {v.property: v for v in verdicts}
+    findings = document.get("failures") or []
+    for n, finding in enumerate(findings, start=1):
+        properties = finding.get("properties") or [finding["property"]]
+        verdict = by_property.get(properties[0])
+        message = verdict.message if verdict is not None and verdict.message else ""
+        what = "property" if len(properties) == 1 else f"{len(properties)} properties"
+        print(f"\nFinding {n} ({what}: {', '.join(properties)})", file=out)
+        print(message or finding["message"], file=out)
+    return len(findings)
 
 
 def _check_writer(args: argparse.Namespace, report_dir: Path, kernel: Any, source: Any) -> Any:
@@ -274,6 +299,7 @@ def _kernel_source(args: argparse.Namespace, *, on_cuda: bool) -> Any:
         max_head_dim=args.max_head_dim,
         even_head_dims=args.even_head_dims,
         deterministic=not args.nondeterministic,
+        zero_denominator=args.zero_denominator,
     )
     return KernelSource(
         target=args.target,

@@ -3,7 +3,9 @@
 
 The rule is `torch.equal`'s, with NaN equal to NaN: same shape, same dtype, same values. The
 deciding score is the greatest absolute difference (0 when identical; inf when a shape or dtype
-differs or one side is finite where the other is not).
+differs or one side is finite where the other is not). Elements named ``undefined`` (whose value
+a kernel that declared ``zero_denominator="any"`` may choose freely) are not compared, and are
+counted.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def compare_bitwise(
     *,
     subject: str = "kernel",
     condition: str = "",
+    undefined: torch.Tensor | None = None,
 ) -> Comparison:
     """Judge ``actual`` against ``expected`` bit for bit.
 
@@ -42,6 +45,8 @@ def compare_bitwise(
         subject: Who computed ``actual``. Default: `"kernel"`.
         condition: What changed between the two, for the message (``"when inputs after t=5
             change"``). Default: `""`.
+        undefined: Elements not compared (whose exact value is undefined and which the kernel
+            may return as it likes), counted as ``undefined``; `None`: none. Default: `None`.
 
     Returns:
         The `Comparison` (reference ``"bitwise:<condition>"``).
@@ -52,8 +57,14 @@ def compare_bitwise(
         return Comparison(tensor, subject, reference, "failed", math.inf, reason=wrong)
     numel = actual.numel()
     bad = bitwise_mismatch(actual, expected)
+    skipped = 0
+    if undefined is not None:
+        undefined = undefined.to(bad.device).expand_as(bad)
+        bad = bad & ~undefined
+        skipped = int(undefined.sum())
     if numel == 0 or not bool(bad.any()):
-        return Comparison(tensor, subject, reference, "held", 0.0, counts=Counts(numel=numel))
+        counts = Counts(numel=numel, undefined=skipped)
+        return Comparison(tensor, subject, reference, "held", 0.0, counts=counts)
     a64, e64 = actual.detach().double(), expected.detach().double().to(actual.device)
     diff = torch.where(bad, (a64 - e64).abs(), 0.0).nan_to_num(nan=math.inf)
     index = argmax_index(diff)
@@ -67,7 +78,12 @@ def compare_bitwise(
         deciding=deciding,
         scores=Scores(r=deciding),
         worst=worst_at(index, a64, e64, torch.zeros_like(a64)),
-        counts=Counts(numel=numel, mismatched=int(bad.sum()), nonfinite=int(nonfinite.sum())),
+        counts=Counts(
+            numel=numel,
+            mismatched=int(bad.sum()),
+            nonfinite=int(nonfinite.sum()),
+            undefined=skipped,
+        ),
     )
 
 

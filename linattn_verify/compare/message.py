@@ -40,7 +40,7 @@ def _score_words(c: Comparison) -> str:
         return "Greatest absolute difference"
     if c.kind == "pair":
         return "Greatest ratio |a - b| / (B_a + B_b)"
-    if c.scores.eta is not None and c.scores.eta >= c.scores.r:
+    if c.scores.eta is not None and c.scores.eta >= c.scores.r and c.scores.eta == c.deciding:
         return "Greatest residual ratio η"
     return "Greatest error score r = |actual - expected| / bound"
 

@@ -11,6 +11,13 @@ magnitude from `linattn_verify.tolerance`:
 A tensor FAILS when max r > S on verifiable elements, max η > S anywhere, or x̂ and x disagree on
 being finite where x is representable; S = `FAIL_THRESHOLD` = 2 absorbs second-order terms (the
 bound is first-order rigorous). The deciding score is max(r, η).
+
+Elements whose exact value is undefined (`TensorBound.undefined`: an exactly zero exact
+denominator, docs/design.md §3) are counted as ``undefined`` and judged only against the value the
+kernel declared there (`TensorBound.zero_denominator`): ``zero``: the bound of the convention
+o = 0 (exactly 0 where every term of the denominator vanishes); ``ieee``: the IEEE quotient of a
+zero denominator where it is determined (`DECLARED_VALUE`); ``any``: not at all. A value that
+breaks the declaration scores inf.
 """
 
 from __future__ import annotations
@@ -39,8 +46,43 @@ from linattn_verify.tolerance import (
     backward_bounds,
     forward_bounds,
 )
+from linattn_verify.typing import ZeroDenominator
 
 REFERENCE = "oracle"
+
+DECLARED_VALUE: dict[str, str] = {
+    "zero": "0 there",
+    "ieee": "the IEEE quotient there: NaN for 0/0, ±inf for x/0",
+    "any": "any value there, not judged",
+}
+"""What each zero-denominator convention returns where the exact denominator is 0, in words."""
+
+
+def _ieee_declared(
+    x: torch.Tensor, expected: TensorBound, undefined: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where an ``ieee`` kernel's undefined o breaks its declaration, and the value it declares.
+
+    Where every term of the denominator vanishes (M^Z = 0, so eps = 0) the kernel's computed
+    denominator is ±0 whatever its summation order, and its IEEE quotient is determined: NaN
+    where every term of the numerator vanishes too (M^N = 0: 0/0), ±inf where the numerator is
+    certified nonzero (|N| > B^N: x/0; either sign, as a computed zero's sign is not the exact
+    function's), NaN or ±inf otherwise. Where the exact denominator cancels to 0 (M^Z > 0) the
+    computed one is rounding noise and the quotient is not determined: any value is accepted.
+    """
+    res = expected.residual
+    if res is None or res.numerator_magnitude is None or res.denominator_magnitude is None:
+        return torch.zeros_like(x, dtype=torch.bool), torch.full_like(x, math.nan)
+    settled = undefined & (res.denominator_magnitude == 0)
+    nan_only = settled & (res.numerator_magnitude == 0)
+    inf_only = settled & ~nan_only & (res.numerator.abs() > res.numerator_bound)
+    either = settled & ~nan_only & ~inf_only
+    nan, inf = torch.isnan(x), torch.isinf(x)
+    breach = (nan_only & ~nan) | (inf_only & ~inf) | (either & ~(nan | inf))
+    declared = torch.where(
+        inf_only, torch.copysign(torch.full_like(x, math.inf), res.numerator), math.nan
+    )
+    return breach, declared
 
 
 def _residual_ratio(x: torch.Tensor, finite: torch.Tensor, expected: TensorBound) -> torch.Tensor:
@@ -87,22 +129,37 @@ def compare(
         return Comparison(expected.name, subject, REFERENCE, "held", 0.0)
     x = actual.detach().to(device=ref.device, dtype=torch.float64)
     finite = torch.isfinite(x)
+    undefined = (
+        torch.zeros_like(ref, dtype=torch.bool)
+        if expected.undefined is None
+        else expected.undefined.to(ref.device).expand_as(ref)
+    )
+    # Undefined elements are judged only by the kernel's declaration: under "zero" by the
+    # convention's own bound (o = 0), under "ieee" by its IEEE quotient, under "any" not at all.
+    free = undefined if expected.zero_denominator != "zero" else torch.zeros_like(undefined)
+    breach = torch.zeros_like(undefined)
+    shown = ref
+    if expected.zero_denominator == "ieee":
+        breach, declared = _ieee_declared(x, expected, undefined)
+        shown = torch.where(undefined, declared, ref)
+    verifiable = expected.verifiable & ~free
     # A non-finite value is a failure where the exact result is finite, certified and
     # representable in the output dtype; elsewhere it may be the honest rounding of an
     # ill-conditioned or out-of-range exact value.
     limit = torch.finfo(actual.dtype).max if actual.dtype.is_floating_point else math.inf
     representable = (ref.abs() + torch.nan_to_num(expected.bound, posinf=0.0)) < limit
-    judged = expected.verifiable & representable
-    nonfinite = (finite != torch.isfinite(ref)) & judged
+    judged = verifiable & representable
+    # A finite value where the declaration requires NaN or ±inf is one too.
+    nonfinite = ((finite != torch.isfinite(ref)) & judged) | (breach & finite)
     err = torch.where(finite, (x - ref).abs(), 0.0)
-    r = torch.where(expected.verifiable, safe_ratio(err, expected.bound), 0.0)
-    rho = safe_ratio(err, expected.unit * expected.magnitude)
+    r = torch.where(verifiable, safe_ratio(err, expected.bound), 0.0)
+    rho = torch.where(free, 0.0, safe_ratio(err, expected.unit * expected.magnitude))
     eta = None if expected.residual is None else _residual_ratio(x, finite, expected)
     score = r if eta is None else torch.maximum(r, eta)
-    score = torch.where(nonfinite, torch.inf, score)
+    score = torch.where(nonfinite | breach, torch.inf, score)
     index = argmax_index(score)
     deciding = float(score[index])
-    checked = r[expected.verifiable]
+    checked = r[verifiable]
     eps_influence = expected.eps_influence
     scores = Scores(
         r=float(r.max()),
@@ -121,6 +178,7 @@ def compare(
         numel=numel,
         mismatched=int((score > 1).sum()),
         nonfinite=int(nonfinite.sum()),
+        undefined=int(undefined.sum()),
         unverifiable=int((~expected.verifiable).sum()),
     )
     return Comparison(
@@ -130,7 +188,7 @@ def compare(
         status="held" if deciding <= threshold else "failed",
         deciding=deciding,
         scores=scores,
-        worst=worst_at(index, x, ref, expected.bound),
+        worst=worst_at(index, x, shown, expected.bound),
         counts=counts,
     )
 
@@ -144,11 +202,13 @@ def compare_within(
     magnitude: torch.Tensor,
     unit: float,
     subject: str = "kernel",
+    undefined: torch.Tensor | None = None,
 ) -> Comparison:
     """Judge ``actual`` against ``expected`` (exact, float64) with an absolute bound per element.
 
-    Elements whose bound is infinite are unverifiable (not judged, counted). The rule and the
-    scores are those of `compare`, with one rounding count per element.
+    Elements whose bound is infinite are unverifiable (not judged, counted); elements in
+    ``undefined`` (whose exact value is undefined) are not judged either, and counted as such.
+    The rule and the scores are those of `compare`, with one rounding count per element.
     """
     expected = expected.to(torch.float64)
     tb = TensorBound(
@@ -159,6 +219,8 @@ def compare_within(
         count=torch.ones_like(expected),
         unit=unit,
         verifiable=torch.isfinite(bound),
+        undefined=undefined,
+        zero_denominator="any",
     )
     return compare(actual, tb, subject=subject)
 
@@ -174,6 +236,7 @@ def check_against_oracle(
     d_final_state: object = None,
     name: str = "kernel",
     property: str = "outputs_match_oracle",
+    zero_denominator: ZeroDenominator = "zero",
 ) -> PropertyResult:
     """Judge a kernel's outputs (and gradients) against the oracle; see `assert_linattn_close`."""
     if not isinstance(problem, Problem):
@@ -185,7 +248,7 @@ def check_against_oracle(
         raise InvalidArgument(f"Expected a PrecisionRecipe but got recipe={recipe!r}.")
     problem = as_kernel_sees(problem, recipe)
     findings: list[str] = []
-    fb = forward_bounds(problem, recipe)
+    fb = forward_bounds(problem, recipe, zero_denominator=zero_denominator)
     if isinstance(o, torch.Tensor) and o.dtype != problem.q.dtype:
         findings.append(f"output dtype {o.dtype} differs from the input dtype {problem.q.dtype}")
     comparisons = [compare(o, fb.tensors["o"], subject=name)]
@@ -212,7 +275,14 @@ def check_against_oracle(
         unknown = sorted(set(grads) - set(GRADIENT_NAMES))
         if unknown:
             raise InvalidArgument(f"Got unknown gradient names {unknown}; known: {GRADIENT_NAMES}.")
-        bb = backward_bounds(problem, recipe, do=do, d_final_state=d_final_state, forward=fb)
+        bb = backward_bounds(
+            problem,
+            recipe,
+            do=do,
+            d_final_state=d_final_state,
+            forward=fb,
+            zero_denominator=zero_denominator,
+        )
         for key, value in grads.items():
             if key not in bb:
                 if value is not None:
@@ -221,6 +291,15 @@ def check_against_oracle(
                 findings.append(f"no gradient returned for {key}")
             else:
                 comparisons.append(compare(value, bb[key], subject=name))
+    notes = [f"Bound: {recipe} (r, η <= {FAIL_THRESHOLD:g} allowed)"]
+    undefined = fb.tensors["o"].undefined
+    if undefined is not None and bool(undefined.any()):
+        rows = int(undefined[..., 0].sum())
+        notes.append(
+            f"Exact denominator 0 on {rows} row(s) of o: undefined there (and the gradients that "
+            f"depend on them); declared zero_denominator={zero_denominator!r}: "
+            f"{DECLARED_VALUE[zero_denominator]}"
+        )
     return PropertyResult(
         property=property,
         kernel=name,
@@ -228,7 +307,7 @@ def check_against_oracle(
         status=judged_status(comparisons, findings),
         comparisons=tuple(comparisons),
         reason="; ".join(findings) or None,
-        notes=(f"Bound: {recipe} (r, η <= {FAIL_THRESHOLD:g} allowed)",),
+        notes=tuple(notes),
     )
 
 
@@ -242,6 +321,7 @@ def assert_linattn_close(
     do: torch.Tensor | None = None,
     d_final_state: object = None,
     name: str = "kernel",
+    zero_denominator: ZeroDenominator = "zero",
 ) -> PropertyResult:
     """Assert a kernel's outputs (and gradients) lie within the error bounds of the oracle.
 
@@ -256,6 +336,8 @@ def assert_linattn_close(
         do: Cotangent of ``o`` that produced ``grads``. Default: `None`.
         d_final_state: Cotangent of the final state (dS_T, or (dS_T, dz_T)). Default: `None`.
         name: The kernel's name for messages. Default: `"kernel"`.
+        zero_denominator: What the kernel returns where the exact denominator is 0 (``"zero"``,
+            ``"ieee"`` or ``"any"``; docs/design.md §3). Default: `"zero"`.
 
     Returns:
         The `PropertyResult` (every comparison and its scores) when everything is within bound.
@@ -274,10 +356,17 @@ def assert_linattn_close(
         do=do,
         d_final_state=d_final_state,
         name=name,
+        zero_denominator=zero_denominator,
     )
     if not result.ok:
         raise PropertyViolation(result.report(), result=result)
     return result
 
 
-__all__ = ["assert_linattn_close", "check_against_oracle", "compare", "compare_within"]
+__all__ = [
+    "DECLARED_VALUE",
+    "assert_linattn_close",
+    "check_against_oracle",
+    "compare",
+    "compare_within",
+]

@@ -8,8 +8,10 @@ satisfies, for every element judged by both,
 
 with B from each run's own precision recipe. The deciding score is the ratio
 |a - b| / (B_a + B_b); like r against the oracle it fails above `FAIL_THRESHOLD`. Elements
-unverifiable for either run (B = inf) are not judged; an element finite in one run and not in
-the other fails wherever the exact value is representable.
+unverifiable for either run (B = inf) are not judged, nor are elements whose exact value is
+undefined (an exactly zero exact denominator, docs/design.md §3: there is no exact value both
+runs approximate; the value a kernel declares there is judged against the oracle); an element
+finite in one run and not in the other fails wherever the exact value is representable.
 """
 
 from __future__ import annotations
@@ -33,17 +35,19 @@ class Side:
         value: The run's tensor.
         bound: Its absolute error bound B (inf where unverifiable).
         verifiable: Elements whose bound is meaningful.
+        undefined: Elements whose exact value is undefined (not judged), or `None` (none).
     """
 
     label: str
     value: torch.Tensor
     bound: torch.Tensor
     verifiable: torch.Tensor
+    undefined: torch.Tensor | None = None
 
     @classmethod
     def of(cls, label: str, value: torch.Tensor, tb: TensorBound) -> Side:
         """Pair a run's tensor with the `TensorBound` of its own recipe."""
-        return cls(label, value, tb.bound, tb.verifiable)
+        return cls(label, value, tb.bound, tb.verifiable, tb.undefined)
 
 
 def compare_pair(tensor: str, a: Side, b: Side, exact: torch.Tensor) -> Comparison:
@@ -70,7 +74,11 @@ def compare_pair(tensor: str, a: Side, b: Side, exact: torch.Tensor) -> Comparis
     allowed = a.bound + b.bound
     limit = min(torch.finfo(a.value.dtype).max, torch.finfo(b.value.dtype).max)
     representable = exact.abs() + torch.nan_to_num(allowed, posinf=0.0) < limit
-    judged = a.verifiable & b.verifiable & representable & torch.isfinite(allowed)
+    undefined = torch.zeros_like(x, dtype=torch.bool)
+    for side in (a, b):
+        if side.undefined is not None:
+            undefined = undefined | side.undefined.to(x.device)
+    judged = a.verifiable & b.verifiable & representable & torch.isfinite(allowed) & ~undefined
     both = torch.isfinite(x) & torch.isfinite(y)
     nonfinite = (torch.isfinite(x) != torch.isfinite(y)) & judged
     err = torch.where(both, (x - y).abs(), 0.0)
@@ -90,7 +98,8 @@ def compare_pair(tensor: str, a: Side, b: Side, exact: torch.Tensor) -> Comparis
             numel=numel,
             mismatched=int((ratio > 1).sum()),
             nonfinite=int(nonfinite.sum()),
-            unverifiable=int((~judged).sum()),
+            undefined=int(undefined.sum()),
+            unverifiable=int((~judged & ~undefined).sum()),
         ),
     )
 

@@ -217,8 +217,9 @@ def worst_cases_table(document: Mapping[str, Any]) -> Table:
 
 
 def failure_title(failure: Mapping[str, Any]) -> str:
-    """Return a failure's heading: kernel, property, dtype, occurrences."""
-    parts = [str(failure["kernel"]), str(failure["property"])]
+    """Return a failure's heading: kernel, the properties it broke, dtype, occurrences."""
+    properties = failure.get("properties") or [failure["property"]]
+    parts = [str(failure["kernel"]), ", ".join(str(p) for p in properties)]
     if failure.get("dtype"):
         parts.append(str(failure["dtype"]))
     times = int(failure.get("occurrences", 1))

@@ -8,6 +8,7 @@ run document's records back, for the renderers.
 
 from __future__ import annotations
 
+import re
 import shlex
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -148,6 +149,7 @@ def _failure_entry(
     return {
         "kernel": kernel,
         "property": prop,
+        "properties": [prop],
         "dtype": dtype,
         "case": case,
         "message": message,
@@ -157,18 +159,94 @@ def _failure_entry(
     }
 
 
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\bnan\b|\binf\b")
+_NONFINITE = re.compile(
+    r"(\w+) holds \d+ (?:NaN|non-finite) value\(s\) of \d+[^(]*first at index (\([\d, ]*\))"
+)
+
+
+def root_causes(record: CaseRecord) -> set[tuple[str, ...]]:
+    """Return the keys naming a failing case's root cause; failures sharing one are one finding.
+
+    * ``("nonfinite", kernel, case, tensor, index)``: a non-finite value, at the worst element of
+      a failed comparison that counted a finite/non-finite mismatch, or at the first element a
+      kernel failure names (``"o holds 2 NaN value(s) of 8, first at index (0, 1, 0, 0)"``):
+      the same case and the same non-finite element is one root cause;
+    * ``("message", kernel, text)``: a kernel failure (the kernel raised or broke the calling
+      convention: no comparison failed), by its first line with every number masked: the same
+      kernel failure whatever the case's sizes.
+
+    A harness error, and a failure with neither, has none: it is a finding of its own.
+    """
+    if record.error or record.ok:
+        return set()
+    keys: set[tuple[str, ...]] = set()
+    failed = [c for c in record.comparisons if not c.ok]
+    for c in failed:
+        if c.counts.nonfinite and c.worst is not None:
+            tensor = c.tensor.partition("[")[0]
+            keys.add(("nonfinite", record.kernel, record.case, tensor, str(c.worst.index)))
+    if record.reason and not failed:
+        first = record.reason.splitlines()[0]
+        keys.add(("message", record.kernel, _NUMBER.sub("#", first)))
+        for tensor, index in _NONFINITE.findall(first):
+            keys.add(("nonfinite", record.kernel, record.case, tensor, index))
+    return keys
+
+
+def _grouped(entries: list[tuple[dict[str, Any], set[tuple[str, ...]]]]) -> list[dict[str, Any]]:
+    """Merge the entries that share a root-cause key (transitively), in their given order.
+
+    A group is its first entry, listing every property of the group in ``properties`` (in the
+    entries' order) and the sum of their ``occurrences``.
+    """
+    parent = list(range(len(entries)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[tuple[str, ...], int] = {}
+    for i, (_, keys) in enumerate(entries):
+        for key in sorted(keys):
+            if key in owner:
+                a, b = find(owner[key]), find(i)
+                parent[max(a, b)] = min(a, b)
+            else:
+                owner[key] = i
+    groups: dict[int, dict[str, Any]] = {}
+    for i, (entry, _) in enumerate(entries):
+        root = find(i)
+        if root not in groups:
+            groups[root] = dict(entry, properties=list(entry["properties"]))
+            continue
+        group = groups[root]
+        group["occurrences"] += entry["occurrences"]
+        if entry["property"] not in group["properties"]:
+            group["properties"].append(entry["property"])
+    return [groups[root] for root in sorted(groups)]
+
+
 def failures(
     cases: Iterable[CaseRecord], verdicts: Iterable[PropertyVerdict] = ()
 ) -> list[dict[str, Any]]:
-    """Return the failures, each with its message and replay command.
+    """Return the findings: failures grouped by root cause, each with message and replay command.
 
     Failing cases that share a saved file are one failure: a Hypothesis search fails on every
     shrinking step and saves each over the last, so the entry keeps the last case (the shrunk,
     minimal one, which the file holds) and counts the rest in ``occurrences``. Cases without a
     file are grouped by kernel, property and dtype the same way. A failed verdict without any
     failing case record still appears, with its own message and file.
+
+    One root cause, one finding: failures of several properties whose (last) cases share a
+    `root_causes` key (the same case and non-finite element, or the same kernel failure
+    message) are one entry, the first in (kernel, property, dtype, case) order, naming every
+    property it broke in ``properties``. The per-property verdicts are not grouped.
     """
     found: dict[tuple[str, str, tuple[str, str]], dict[str, Any]] = {}
+    causes: dict[tuple[str, str, tuple[str, str]], set[tuple[str, ...]]] = {}
     for record in cases:
         if not is_failure(record):
             continue
@@ -184,6 +262,7 @@ def failures(
             record.failure_file,
             1 if previous is None else previous["occurrences"] + 1,
         )
+        causes[key] = root_causes(record)
     seen = {(k[0], k[1]) for k in found}
     for verdict in verdicts:
         if verdict.status != "failed" or (verdict.kernel, verdict.property) in seen:
@@ -198,10 +277,16 @@ def failures(
             verdict.failure_file,
             1,
         )
-    return sorted(
-        found.values(),
-        key=lambda f: (f["kernel"], f["property"], rank(f["dtype"], DTYPE_NAMES), f["case"]),
+    order = sorted(
+        found,
+        key=lambda k: (
+            found[k]["kernel"],
+            found[k]["property"],
+            rank(found[k]["dtype"], DTYPE_NAMES),
+            found[k]["case"],
+        ),
     )
+    return _grouped([(found[k], causes.get(k, set())) for k in order])
 
 
 def worst_cases(cases: Iterable[CaseRecord], n: int = WORST_CASES) -> list[CaseRecord]:

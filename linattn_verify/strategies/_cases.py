@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, get_args
 
 import torch
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Kernel
-from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.semantics import OMITTABLE, Problem, validate_problem
 from linattn_verify.strategies._shapes import (
     DEFAULT_MODULI,
     batch_sizes,
@@ -49,7 +49,10 @@ class ProblemSpec:
 
     The fields mirror `linattn_verify.semantics.validate_problem`'s arguments, plus the value
     and decay families, the varlen ``segments`` (lengths, or `None`), the generator ``seed`` and
-    the memory ``layout`` of q, k, v and g (see `LAYOUTS`). Its ``repr`` is valid Python.
+    the memory ``layout`` of q, k, v and g (see `LAYOUTS`), and ``omit``: the arguments (of
+    `linattn_verify.semantics.OMITTABLE`, in that order) the kernel call leaves out where they
+    are at their default, so the kernel's own defaults are exercised (`Problem.omit`; empty:
+    every argument passed explicitly). Its ``repr`` is valid Python.
     """
 
     B: int
@@ -69,6 +72,7 @@ class ProblemSpec:
     segments: tuple[int, ...] | None
     seed: int
     layout: str = "contiguous"
+    omit: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("B", "T", "H", "K", "V"):
@@ -86,6 +90,13 @@ class ProblemSpec:
                 raise InvalidArgument(
                     f"Got {name}={getattr(self, name)!r}, but {name} must be one of {allowed}."
                 )
+        if not isinstance(self.omit, tuple) or self.omit != tuple(
+            n for n in OMITTABLE if n in self.omit
+        ):
+            raise InvalidArgument(
+                f"Got omit={self.omit!r}, but omit must be a tuple of distinct names from "
+                f"{OMITTABLE}, in that order."
+            )
 
     def build(self, device: str | torch.device = "cpu") -> Problem:
         """Generate the tensors (on ``device``, in ``layout``) and validate the problem."""
@@ -111,7 +122,7 @@ class ProblemSpec:
             # Values are fixed before the layout is applied: layouts change strides only.
             return lay_out(x.to(device), self.layout)
 
-        return validate_problem(
+        problem = validate_problem(
             place(q.to(dtype)),
             place(k.to(dtype)),
             place(v.to(dtype)),
@@ -124,6 +135,7 @@ class ProblemSpec:
             output_final_state=self.output_final_state,
             cu_seqlens=cu,
         )
+        return replace(problem, omit=frozenset(self.omit))
 
     def describe(self) -> str:
         """One line: the spec's fields."""
@@ -166,12 +178,20 @@ def problem_specs(
     max_batch_size: int = 2,
     max_heads: int = 2,
     even_head_dims: Sequence[str] = (),
+    omittable: Sequence[str] = OMITTABLE,
 ) -> st.SearchStrategy[ProblemSpec]:
     """Generate `ProblemSpec`: any shape, dtype, option, layout and value family within limits.
 
     T comes from `seq_lens` (T = 1, primes, every residue mod 16/32/64 and ``chunk_sizes``), K
     and V independently from `head_dims` (so K != V and non-powers of two are common), the scale
     from `scales`, varlen packings from `seq_packings` (empty and length-1 segments).
+
+    The calling style (``omit``) is drawn last, so the case's own draws do not depend on it: a
+    drawn flag either passes every argument explicitly (``omit=()``, half the cases) or leaves
+    out each argument of ``omittable`` that is at its default with probability 3/4. The scale
+    is `None` in a third of the cases, so about one case in eight calls the kernel without
+    ``scale``. ``omit`` shrinks toward every argument explicit; a failure that needs an
+    omission shrinks to the omissions it needs.
 
     Excluded, by construction: ``underflowing_features`` is drawn only with ``elu1`` (with
     identity or relu it is merely a large negative offset); ``large`` values only with dtypes
@@ -198,6 +218,9 @@ def problem_specs(
         max_batch_size: Largest B. Default: `2`.
         max_heads: Largest H. Default: `2`.
         even_head_dims: Dtypes in which K and V are drawn even. Default: `()`.
+        omittable: Arguments the calling style may leave out at their default (of
+            `linattn_verify.semantics.OMITTABLE`); `()` passes every argument explicitly.
+            Default: all.
 
     Raises:
         InvalidArgument: naming the first malformed argument.
@@ -217,6 +240,7 @@ def problem_specs(
     values = check_choices("values", values, VALUE_FAMILIES)
     decays = check_choices("decays", decays, DECAY_FAMILIES)
     layouts = check_choices("layouts", layouts, LAYOUTS)
+    omittable = check_choices("omittable", omittable, OMITTABLE, empty=True)
     normalize = _check_flags("normalize", normalize)
     initial_state = _check_flags("initial_state", initial_state)
     final_state = _check_flags("final_state", final_state)
@@ -248,6 +272,7 @@ def problem_specs(
         layouts=layouts,
         max_batch_size=max_batch_size,
         max_heads=max_heads,
+        omittable=tuple(n for n in OMITTABLE if n in omittable),
     )
 
 
@@ -271,6 +296,7 @@ def _problem_specs(
     layouts: tuple[str, ...],
     max_batch_size: int,
     max_heads: int,
+    omittable: tuple[str, ...],
 ) -> ProblemSpec:
     """Draw one spec from validated arguments (see `problem_specs`)."""
     seq_len = draw(T, label="T")
@@ -283,7 +309,7 @@ def _problem_specs(
     K, V = draw(head_dim, label="K"), draw(head_dim, label="V")
     if dtype in even_head_dims:
         K, V = _even(K, *head_dim_range), _even(V, *head_dim_range)
-    return ProblemSpec(
+    spec = ProblemSpec(
         B=1 if use_varlen else draw(batch_sizes(max_value=max_batch_size), label="B"),
         T=seq_len,
         H=draw(head_counts(max_value=max_heads), label="H"),
@@ -302,6 +328,29 @@ def _problem_specs(
         seed=draw(st.integers(0, 2**31 - 1), label="seed"),
         layout=draw(layout_names(names=layouts), label="layout"),
     )
+    # The calling style, drawn last so that it cannot shift the draws of the case itself.
+    defaults = _at_default(spec)
+    candidates = [n for n in omittable if n in defaults]
+    if not candidates or not draw(st.booleans(), label="omit defaults"):
+        return spec
+    # Each left out with probability 3/4; 0 (passed explicitly) is what it shrinks to.
+    omit = tuple(n for n in candidates if draw(st.integers(0, 3), label=f"omit {n}"))
+    return replace(spec, omit=omit)
+
+
+def _at_default(spec: ProblemSpec) -> frozenset[str]:
+    """The arguments of ``spec``'s problem at their default (as `Problem.at_default`)."""
+    defaults = {
+        "g": spec.decay == "none",
+        "scale": spec.scale is None or spec.scale == spec.K**-0.5,
+        "normalize": not spec.normalize,
+        "eps": spec.eps == 0.0,
+        "feature_map": spec.feature_map == "identity",
+        "initial_state": not spec.initial_state,
+        "output_final_state": not spec.output_final_state,
+        "cu_seqlens": spec.segments is None,
+    }
+    return frozenset(name for name, default in defaults.items() if default)
 
 
 def _even(n: int, lowest: int, highest: int) -> int:
@@ -326,7 +375,10 @@ def kernel_specs(
     Every option is drawn from what `Capabilities` allows (dtypes, feature maps, normalization
     and eps, decay, varlen, initial and final state, head-dim limits), so ``kernel.supports``
     accepts every spec; T covers every residue mod the kernel's chunk sizes. The exclusions of
-    `problem_specs` apply.
+    `problem_specs` apply. The calling style may leave out what `Kernel.call` would pass this
+    kernel at its default: ``scale`` and ``output_final_state`` always; ``initial_state``,
+    ``cu_seqlens`` and ``g`` where it declares them (g not with an implied decay); ``normalize``,
+    ``eps`` and ``feature_map`` where it is ``configurable``.
 
     Args:
         kernel: The kernel under test; its `Capabilities` filter every draw.
@@ -348,6 +400,14 @@ def kernel_specs(
     if not dtypes:
         raise InvalidArgument(f"Kernel {kernel.name} takes none of the dtypes {tuple(DTYPES)}.")
     check_int("max_head_dim", max_head_dim)
+    declared = {
+        "g": cap.decay and kernel.implied_decay is None,
+        "initial_state": cap.initial_state,
+        "cu_seqlens": cap.varlen,
+        "normalize": cap.configurable,
+        "eps": cap.configurable,
+        "feature_map": cap.configurable,
+    }
     return problem_specs(
         min_seq_len=min_seq_len,
         max_seq_len=max_seq_len,
@@ -365,6 +425,7 @@ def kernel_specs(
         layouts=layouts,
         chunk_sizes=cap.chunk_sizes or DEFAULT_MODULI,
         even_head_dims=tuple(d for d in cap.even_head_dims if d in dtypes),
+        omittable=tuple(n for n in OMITTABLE if declared.get(n, True)),
     )
 
 

@@ -3,10 +3,11 @@
 
 A property reads, top to bottom: `prepare_case` (build the problem, check the kernel supports
 it, find its recipe), `run_kernel` (call the kernel on private copies of the inputs, same memory
-layout; anything wrong, an exception, a wrong type, shape or dtype, a NaN, an input changed in
-place, raises `KernelFailure`), the comparisons (`linattn_verify.compare`), and
-`PreparedCase.judged`. `property_function` turns a `KernelFailure` that escapes into the failed
-result: one error dialect.
+layout; anything wrong, an exception, a wrong type, shape or dtype, a NaN its declared
+zero-denominator convention does not allow, an input changed in place, raises
+`KernelFailure`), the comparisons (`linattn_verify.compare`), and `PreparedCase.judged`.
+`property_function` turns a `KernelFailure` that escapes into the failed result: one error
+dialect.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from linattn_verify.tolerance import (
     TensorBound,
     backward_bounds,
     cotangent_loss,
+    depends_on_rows,
     forward_bounds,
 )
 from linattn_verify.typing import dtype_name
@@ -236,17 +238,76 @@ def property_function(fn: Property) -> Property:
 def run_bounds(
     kernel: Kernel, problem: Problem, cotangents: tuple[torch.Tensor, Any] | None = None
 ) -> dict[str, TensorBound]:
-    """Return the bounds of every output (and, given cotangents, of every gradient ``d<x>``)."""
+    """Return the bounds of every output (and, given cotangents, of every gradient ``d<x>``).
+
+    Each carries the kernel's declared zero-denominator convention and its undefined elements.
+    """
     recipe = kernel.precision_recipe(problem.q.dtype)
-    forward = forward_bounds(problem, recipe)
+    declared = kernel.capabilities.zero_denominator
+    forward = forward_bounds(problem, recipe, zero_denominator=declared)
     bounds = dict(forward.tensors)
     if cotangents is not None:
         do, d_final = cotangents
         if not problem.output_final_state:
             d_final = None
-        grads = backward_bounds(problem, recipe, do=do, d_final_state=d_final, forward=forward)
+        grads = backward_bounds(
+            problem,
+            recipe,
+            do=do,
+            d_final_state=d_final,
+            forward=forward,
+            zero_denominator=declared,
+        )
         bounds.update({"d" + n: b for n, b in grads.items()})
     return bounds
+
+
+def denominator_rows(kernel: Kernel, problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the rows ``[B, T, H]`` of a normalized problem whose denominator Z is or may be 0.
+
+    The first mask: the exact Z is 0; the second: the kernel's rounding may turn Z into 0
+    (|Z| <= B^Z, the exact zeros included).
+    """
+    recipe = kernel.precision_recipe(problem.q.dtype)
+    res = forward_bounds(problem, recipe).tensors["o"].residual
+    assert res is not None
+    Z, B_Z = res.denominator[..., 0], res.denominator_bound[..., 0]
+    return Z == 0, Z.abs() <= B_Z
+
+
+def _by_tensor(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``rows`` as masks of o and of every gradient (``d<x>``) that depends on them."""
+    V = problem.v.shape[-1]
+    masks = {"o": rows[..., None].expand(*rows.shape, V)}
+    masks.update({"d" + n: m for n, m in depends_on_rows(problem, rows).items()})
+    return masks
+
+
+def undefined_elements(kernel: Kernel, problem: Problem) -> dict[str, torch.Tensor]:
+    """Return the elements (``o``, ``d<x>``) an ``any`` kernel may return as it likes.
+
+    Those are the elements whose exact value is undefined, for a kernel that declared
+    ``zero_denominator="any"``. Empty for the other conventions (their value there is a function
+    of the inputs, so runs compared bit for bit must agree on it) and for unnormalized problems.
+    For the bitwise comparisons (`compare_bitwise`'s ``undefined``).
+    """
+    if not problem.normalize or kernel.capabilities.zero_denominator != "any":
+        return {}
+    return _by_tensor(problem, denominator_rows(kernel, problem)[0])
+
+
+def nonfinite_allowed(kernel: Kernel, problem: Problem) -> dict[str, torch.Tensor]:
+    """Elements (``o``, ``d<x>``) where the kernel's declaration allows a NaN or an inf.
+
+    For ``ieee`` and ``any`` (docs/design.md §3): the rows whose exact denominator is 0 or may
+    round to 0 in the kernel's arithmetic (|Z| <= B^Z: a correct IEEE kernel divides by a
+    computed 0 there), and every gradient element that depends on such a row. Empty for
+    ``zero`` (0 there) and for unnormalized problems.
+    """
+    if not problem.normalize or kernel.capabilities.zero_denominator == "zero":
+        return {}
+    undefined, may_vanish = denominator_rows(kernel, problem)
+    return _by_tensor(problem, undefined | may_vanish)
 
 
 def final_shapes(problem: Problem) -> dict[str, tuple[int, ...]]:
@@ -259,16 +320,55 @@ def final_shapes(problem: Problem) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def nan_message(name: str, x: torch.Tensor) -> str | None:
-    """Return a message if ``x`` holds a NaN (never a correct value of this function)."""
+def nan_message(name: str, x: torch.Tensor, allowed: torch.Tensor | None = None) -> str | None:
+    """Return a message if ``x`` holds a NaN outside ``allowed`` (`None`: nowhere allowed).
+
+    NaN is never a correct value of this function; only where its exact value is undefined or
+    its denominator may round to 0 may a kernel's declaration make it one (`nonfinite_allowed`).
+    """
     if not x.is_floating_point():
         return None
     nan = torch.isnan(x)
+    if allowed is not None:
+        nan = nan & ~allowed.to(nan.device)
     if not bool(nan.any()):
         return None
-    flat = int(torch.nonzero(nan.reshape(-1))[0])
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), x.shape))
-    return f"{name} holds {int(nan.sum())} NaN value(s) of {x.numel()}, first at index {index}"
+    index = _first(nan)
+    where = "" if allowed is None else " outside the rows whose exact denominator is or may be 0"
+    return (
+        f"{name} holds {int(nan.sum())} NaN value(s) of {x.numel()}{where}, first at index {index}"
+    )
+
+
+def _first(mask: torch.Tensor) -> tuple[int, ...]:
+    flat = int(torch.nonzero(mask.reshape(-1))[0])
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), mask.shape))
+
+
+def zero_convention_breach(kernel: Kernel, problem: Problem, o: torch.Tensor) -> str | None:
+    """Return a message if a ``zero`` kernel returned a non-finite o on a 0/0 row, else `None`.
+
+    A kernel that declared ``zero_denominator="zero"`` declared 0 where the exact denominator is
+    0, so a NaN or inf there breaks its own declaration.
+
+    One root cause, one message: whichever property meets it, the first line is the same but
+    for the counts and the index (`linattn_verify.reporting.summary.failures` groups on it).
+    """
+    if kernel.capabilities.zero_denominator != "zero" or not problem.normalize:
+        return None
+    if not o.is_floating_point() or bool(torch.isfinite(o).all()):
+        return None
+    rows = denominator_rows(kernel, problem)[0]
+    breach = ~torch.isfinite(o) & rows[..., None].to(o.device)
+    if not bool(breach.any()):
+        return None
+    kind = "NaN" if bool(torch.isnan(o[breach]).all()) else "non-finite"
+    return (
+        f"{kernel.name}: o holds {int(breach.sum())} {kind} value(s) of {o.numel()}, first at "
+        f"index {_first(breach)}, on rows whose exact denominator is 0, where it declared "
+        "zero_denominator='zero' (0 there); a kernel that divides by zero as IEEE arithmetic "
+        "does declares 'ieee' (check: --zero-denominator ieee), or 'any'"
+    )
 
 
 def _validate(problem: Problem, o: Any, final: Any, any_float_state: bool) -> str | None:
@@ -351,15 +451,17 @@ def run_kernel(
             final-state cotangent. Default: `None`.
         caller_judges: The caller judges the returned values itself (against the oracle or
             another run): NaN outputs and gradients, and a final state in any floating dtype,
-            are returned instead of failing. Default: `False`.
+            are returned instead of failing. A non-finite o where the exact denominator is 0
+            from a kernel that declared ``zero_denominator="zero"`` fails either way: it breaks
+            the kernel's own declaration (`zero_convention_breach`). Default: `False`.
 
     Returns:
         The `KernelRun`, its tensors detached.
 
     Raises:
         KernelFailure: the kernel (forward or backward) raised, returned a wrong type, shape or
-            dtype, or a NaN (unless ``caller_judges``), or modified an input; the message says
-            which.
+            dtype, or a NaN its declared zero-denominator convention does not allow there (unless
+            ``caller_judges``), or modified an input; the message says which.
     """
     what = kernel.name
     if cotangents is None and cotangent_seed is not None:
@@ -396,8 +498,22 @@ def run_kernel(
     elif problem.normalize:
         final = (final[0], final[1])
     run = KernelRun(o=o, final_state=final)
+    breach = zero_convention_breach(kernel, problem, o.detach())
+    if breach is not None:
+        raise KernelFailure(breach)
+    allowed: dict[str, torch.Tensor] | None = None
+
+    def nan_in(name: str, x: torch.Tensor) -> str | None:
+        # Where NaN may be the declared value is worked out only once a NaN is seen.
+        nonlocal allowed
+        if caller_judges or not x.is_floating_point() or not bool(torch.isnan(x).any()):
+            return None
+        if allowed is None:
+            allowed = nonfinite_allowed(kernel, problem)
+        return nan_message(name, x, allowed.get(name) if allowed else None)
+
     for name, x in run.outputs.items():
-        wrong = None if caller_judges else nan_message(name, x)
+        wrong = nan_in(name, x.detach())
         if wrong is not None:
             raise KernelFailure(f"{what}: {wrong}")
     grads: dict[str, torch.Tensor | None] | None = None
@@ -416,7 +532,7 @@ def run_kernel(
         for name, grad in grads.items():
             # An input the outputs do not depend on has a zero gradient; autograd says None.
             filled[name] = torch.zeros_like(leaves[name]) if grad is None else grad
-            wrong = None if caller_judges else nan_message("d" + name, filled[name])
+            wrong = nan_in("d" + name, filled[name])
             if wrong is not None:
                 raise KernelFailure(f"{what}: {wrong}")
     wrong = _modified(p, originals)

@@ -144,7 +144,9 @@ def normalized_affine_and_convex(spec: ProblemSpec, kernel: Kernel) -> PropertyR
 
     (j ranges over the row's own sequence). With eps = 0, ρ_t = 1 and the second line is the
     convex hull of the visible values; eps > 0 shrinks the weights toward 0 by ρ_t. The initial
-    state of the case, if any, is dropped. Unverifiable elements are not judged.
+    state of the case, if any, is dropped. Unverifiable elements are not judged, nor are rows
+    whose exact denominator is 0 (o is undefined there; the value the kernel declared there is
+    the oracle comparison's to judge).
 
     Args:
         spec: The case (c comes from ``spec.seed``).
@@ -180,6 +182,7 @@ def normalized_affine_and_convex(spec: ProblemSpec, kernel: Kernel) -> PropertyR
     if bool(dv.any()):
         expected = expected + _exact(problem.to(torch.float64).with_tensors(v=dv))["o"]
     slack = 4 * _U64 * (expected.abs() + abs(c))
+    undefined = b1.undefined
     affine = compare_within(
         f"o(v {'-' if c < 0 else '+'} {abs(c):g})",
         r2.o,
@@ -188,6 +191,7 @@ def normalized_affine_and_convex(spec: ProblemSpec, kernel: Kernel) -> PropertyR
         magnitude=b2.magnitude,
         unit=b2.unit,
         subject=kernel.name,
+        undefined=undefined,
     )
     hull = _hull_comparison(problem, kernel, r1.o, rho, b1)
     notes = [
@@ -206,7 +210,8 @@ def _hull_comparison(
 
     The expected value is the point of the interval nearest o, so |o - expected| is the excess
     outside it. The rule allows the bound itself, not `FAIL_THRESHOLD` times it: the bound the
-    comparison carries is B / S, so that score <= S means excess <= B.
+    comparison carries is B / S, so that score <= S means excess <= B. Rows whose exact
+    denominator is 0 (``b1.undefined``) are not judged.
     """
     o1 = o.double()
     v_lo, v_hi = _running_hull(problem)
@@ -218,6 +223,8 @@ def _hull_comparison(
     rho_error = 2 * _U64 * torch.maximum(v_lo.abs(), v_hi.abs())
     bound = b1.bound + 4 * _U64 * o1.abs() + rho_error
     judged = torch.isfinite(bound) & torch.isfinite(o1)
+    if b1.undefined is not None:
+        judged = judged & ~b1.undefined
     interval = TensorBound(
         name="o(v) in ρ_t·hull(v)",
         reference=torch.where(judged, nearest, o1),
@@ -226,6 +233,8 @@ def _hull_comparison(
         count=torch.ones_like(o1),
         unit=b1.unit,
         verifiable=judged,
+        undefined=b1.undefined,
+        zero_denominator="any",
     )
     return compare(o, interval, subject=kernel.name)
 

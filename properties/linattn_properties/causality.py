@@ -13,7 +13,13 @@ from dataclasses import replace
 
 import torch
 
-from linattn_properties._support import prepare_case, property_function, run_kernel
+from linattn_properties._support import (
+    nonfinite_allowed,
+    prepare_case,
+    property_function,
+    run_kernel,
+    undefined_elements,
+)
 from linattn_verify.compare import compare_bitwise
 from linattn_verify.kernel import Kernel
 from linattn_verify.results import PropertyResult
@@ -67,7 +73,8 @@ def causal_outputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         o(x')_s ≡ o(x)_s for every s <= t,    S_T(x') ≡ S_T(x) for sequences of length <= t + 1
 
     (≡: bit-identical, NaN equal to NaN). The final state is requested whenever the kernel can
-    return it.
+    return it. A kernel that declared ``zero_denominator="any"`` may return anything where the
+    exact denominator is 0: those elements of o are not compared.
 
     Args:
         spec: The case (t is drawn from ``spec.seed``).
@@ -93,8 +100,16 @@ def causal_outputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     past = (~mask)[..., None, None]
     # Future rows may differ; copy them over so indices stay those of [B, T, H, V].
     o2 = torch.where(past, other.o, base.o)
+    undefined = undefined_elements(kernel, problem).get("o")
     comparisons = [
-        compare_bitwise(f"o[t<={t}]", o2, base.o, subject=kernel.name, condition=condition)
+        compare_bitwise(
+            f"o[t<={t}]",
+            o2,
+            base.o,
+            subject=kernel.name,
+            condition=condition,
+            undefined=undefined,
+        )
     ]
     done = [n for n, _, start, end in problem.sequences() if end - start <= t + 1]
     for name in ("final_state", "final_key_sum"):
@@ -120,6 +135,10 @@ def causal_gradients_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
 
         ∂L/∂x_s == 0 exactly for every s > t
 
+    except, for a kernel that declared ``zero_denominator`` ``"ieee"`` or ``"any"``, at the
+    elements that depend on a row whose denominator is or may round to 0: an IEEE backward
+    divides the zero cotangent by that zero (0/0) there (`nonfinite_allowed`).
+
     Args:
         spec: The case (t is drawn from ``spec.seed``).
         kernel: The kernel under test.
@@ -138,6 +157,7 @@ def causal_gradients_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     mask = future_mask(problem, t)
     keep = (~mask)[..., None, None]
     run = run_kernel(kernel, problem, cotangent_seed=spec.seed + 1, do_mask=keep)
+    allowed = nonfinite_allowed(kernel, problem)
     condition = f"to 0 (the cotangent vanishes at positions > t={t})"
     comparisons = []
     for name in ("q", "k", "v", "g"):
@@ -153,6 +173,7 @@ def causal_gradients_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
                 torch.zeros_like(future),
                 subject=kernel.name,
                 condition=condition,
+                undefined=allowed.get("d" + name),
             )
         )
     return case.judged(comparisons, notes=[f"cut t={t} (sequence-local, 0-based)"])

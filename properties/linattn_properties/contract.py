@@ -25,6 +25,7 @@ from linattn_properties._support import (
     relayout,
     run_bounds,
     run_kernel,
+    undefined_elements,
 )
 from linattn_verify.compare import Comparison, Side, compare_bitwise, compare_pair
 from linattn_verify.kernel import Kernel
@@ -78,6 +79,7 @@ class _Judge:
         self.kernel, self.problem, self.reference, self.seed = kernel, problem, reference, seed
         self.exact = kernel.capabilities.deterministic
         self._bounds: dict[str, TensorBound] | None = None
+        self._undefined: dict[str, torch.Tensor] | None = None
         self.bit_identical = True
         self.comparisons: list[Comparison] = []
         self.findings: list[str] = []
@@ -107,7 +109,12 @@ class _Judge:
                 self.findings.append(f"{name} missing from the run {condition}")
                 continue
             bitwise = compare_bitwise(
-                name, actual, expected, subject=self.kernel.name, condition=condition
+                name,
+                actual,
+                expected,
+                subject=self.kernel.name,
+                condition=condition,
+                undefined=self.undefined().get(name),
             )
             self.bit_identical &= bitwise.ok
             bound = None if bitwise.ok or self.exact else self._bound(name)
@@ -126,6 +133,12 @@ class _Judge:
                 )
             )
 
+    def undefined(self) -> dict[str, torch.Tensor]:
+        """The elements an ``any`` kernel may return as it likes (`undefined_elements`)."""
+        if self._undefined is None:
+            self._undefined = undefined_elements(self.kernel, self.problem)
+        return self._undefined
+
     def _bound(self, name: str) -> TensorBound | None:
         if self._bounds is None:
             cotangents = None
@@ -142,10 +155,12 @@ def contract_holds(spec: ProblemSpec, kernel: Kernel, *, backward: bool = True) 
     With o, S_T = f(q, k, v, g, S_0) the kernel's outputs on the case:
 
     * o has shape ``[B, T, H, V]`` and the input dtype; S_T (z_T) has shape ``[N, H, K, V]``
-      (``[N, H, K]``) and dtype float32; nothing is NaN;
+      (``[N, H, K]``) and dtype float32; nothing is NaN, except where the kernel's declared
+      zero-denominator convention (``ieee``, ``any``) allows it (`nonfinite_allowed`);
     * every input (and ``cu_seqlens``) is bitwise unchanged by the call (and the backward);
     * f(x) ≡ f(x) (bit-identical rerun) when the kernel claims determinism, else
-      |f(x) - f(x)| <= B + B with B the error model's bound;
+      |f(x) - f(x)| <= B + B with B the error model's bound (an ``any`` kernel's values where the
+      exact denominator is 0 are not compared);
     * f(transposed-stride x) ≡ f(x) and f(x as a slice of a larger NaN-filled tensor) ≡ f(x);
     * with `torch.empty`/`torch.empty_like` returning NaN-filled tensors, outputs (and
       gradients, when backward is supported) are unchanged: ≡ (or within B + B).

@@ -4,13 +4,13 @@
 The oracle comparison judges certified elements by r and every element by the residual η; this
 property adds what that comparison lets through on purpose: a NaN on an unverifiable row (the
 residual skips non-finite values), an inf where the denominator is certified nonzero and the
-quotient cannot overflow, and a nonzero value on a row whose exact denominator is 0 (the 0/0
-row, defined to be 0).
+quotient cannot overflow, and, for a kernel that declared ``zero_denominator="zero"``, a nonzero
+value on a row whose exact denominator is 0 (the 0/0 row, where it declared 0). What a kernel
+returns where the exact denominator is 0 is its declaration (docs/design.md §3): ``zero`` (0),
+``ieee`` (the IEEE quotient, judged by the oracle comparison) or ``any``.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import torch
 
@@ -20,8 +20,8 @@ from linattn_verify.kernel import Kernel
 from linattn_verify.results import PropertyResult
 from linattn_verify.strategies import ProblemSpec
 
-ZERO_ROWS = "to 0 on rows whose exact denominator is 0 (the 0/0 row, defined as 0)"
-"""The condition of the bitwise comparison of the 0/0 rows with 0."""
+ZERO_ROWS = "to 0 on rows whose exact denominator is 0 (the 0/0 row, declared 0)"
+"""The condition of the bitwise comparison of the 0/0 rows with 0 (``zero`` kernels)."""
 
 
 @property_function
@@ -31,8 +31,12 @@ def denominator_stable(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     With N, Z = s φ(q_t)^T z_t + eps the exact numerator and denominator, B^N, B^Z their error
     bounds and B^o, η the forward bound and residual ratio of `linattn_verify.compare`:
 
-    * ô is never NaN;
-    * Z = 0 exactly (the 0/0 row) ⇒ ô = 0 exactly;
+    * ô is never NaN, except, for a kernel that declared ``zero_denominator`` ``"ieee"`` or
+      ``"any"``, where |Z| <= B^Z (Z = 0, or a denominator its rounding may turn into 0: the
+      IEEE quotient 0/0);
+    * Z = 0 exactly ⇒ ô is the declared value: 0 exactly (``zero``), the IEEE quotient of a
+      zero denominator where it is determined (``ieee``, by the oracle comparison), anything
+      (``any``);
     * ô = ±inf only where |Z| <= B^Z (the denominator may round to 0) or the largest
       admissible quotient (|N| + B^N) / (|Z| - B^Z) overflows the output dtype;
     * max r <= 2 on certified elements (B^Z < |Z|/2) and max η <= 2 everywhere.
@@ -43,9 +47,9 @@ def denominator_stable(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
 
     Returns:
         The `PropertyResult`: the oracle comparison of o (its scores: r, η, eps/Z; its counts:
-        the unverifiable elements and, as undefined, those of the 0/0 rows) and the bitwise
-        comparison ``"o[Z=0]"`` of the 0/0 rows with 0; an inf where none is admissible is a
-        finding.
+        the unverifiable elements and, as undefined, those of the rows whose exact denominator
+        is 0) and, for a ``zero`` kernel, the bitwise comparison ``"o[Z=0]"`` of those rows with
+        0; an inf where none is admissible is a finding.
     """
     case = prepare_case("denominator_stable", spec, kernel)
     if isinstance(case, PropertyResult):
@@ -60,13 +64,20 @@ def denominator_stable(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     Z, BZ = res.denominator, res.denominator_bound
     x = o.double()
     zero_rows = (Z == 0).expand_as(x)
-    oracle = compare(o, bound, subject=kernel.name)
-    # N/Z is undefined on the 0/0 rows (the convention's 0 is judged bitwise below).
-    oracle = replace(oracle, counts=replace(oracle.counts, undefined=int(zero_rows.sum())))
-    zero = torch.zeros_like(o)
-    on_zero_rows = compare_bitwise(
-        "o[Z=0]", torch.where(zero_rows, o, zero), zero, subject=kernel.name, condition=ZERO_ROWS
-    )
+    # N/Z is undefined where Z = 0: the oracle comparison counts those elements as undefined
+    # and judges them by the kernel's declaration; a "zero" kernel's 0 is also judged bitwise.
+    comparisons = [compare(o, bound, subject=kernel.name)]
+    if kernel.capabilities.zero_denominator == "zero":
+        zero = torch.zeros_like(o)
+        comparisons.append(
+            compare_bitwise(
+                "o[Z=0]",
+                torch.where(zero_rows, o, zero),
+                zero,
+                subject=kernel.name,
+                condition=ZERO_ROWS,
+            )
+        )
     findings = []
     ceiling = (res.numerator.abs() + res.numerator_bound) / (Z.abs() - BZ).clamp(min=0)
     may_overflow = (Z.abs() <= BZ) | (ceiling >= torch.finfo(o.dtype).max)
@@ -79,7 +90,7 @@ def denominator_stable(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
             f"First at index {index}: |Z| = {float(Z[index[:-1]][0]):.3g} > B^Z = "
             f"{float(BZ[index[:-1]][0]):.3g}, |o| <= {float(ceiling[index[:-1]][0]):.3g}"
         )
-    return case.judged([oracle, on_zero_rows], findings=findings)
+    return case.judged(comparisons, findings=findings)
 
 
 def _first(mask: torch.Tensor) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ import torch
 
 from linattn_properties._support import (
     PreparedCase,
+    denominator_rows,
     not_applicable,
     property_function,
     run_kernel,
@@ -188,6 +189,9 @@ def dyadic_inputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         normalized:    |ô - o*| <= (u_div + u_out + 2^-52)|o*|   (o* = 0 where Z = 0)
                        Ŝ_T ≡ S_T*,  ẑ_T ≡ z_T*
 
+    Where Z = 0, o* = 0 is the ``zero`` convention's value: a kernel that declared ``ieee`` or
+    ``any`` is not judged there (its declared value is the oracle comparison's to judge).
+
     Args:
         spec: The case (shapes, dtype, normalization, varlen, state; values come from
             ``spec.seed``).
@@ -199,6 +203,12 @@ def dyadic_inputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         in its notes.
     """
     prop = "dyadic_inputs_exact"
+    if kernel.implied_decay is not None:
+        # The kernel applies a decay of its own (FLA's retention: 1 - 2^(-5-h)), whose weights
+        # exp(G_t - G_s) are not dyadic: no exact dyadic case exists for it.
+        return not_applicable(
+            prop, kernel, spec, f"{kernel.name}: applies its own, non-dyadic decay"
+        )
     maps = kernel.capabilities.feature_maps
     choices = [m for m in ("identity", "relu") if m in maps]
     if not choices:
@@ -259,6 +269,9 @@ def _quotient_comparison(
     u_out = UNIT_ROUNDOFF[dtype_name(actual.dtype)]
     unit = case.recipe.u_div + u_out + 2.0**-52
     allowed = unit * exact.abs()
+    undefined = None
+    if case.kernel.capabilities.zero_denominator != "zero":
+        undefined = denominator_rows(case.kernel, case.problem)[0][..., None].expand_as(exact)
     return compare_within(
         "o",
         actual,
@@ -267,6 +280,7 @@ def _quotient_comparison(
         magnitude=exact.abs(),
         unit=unit,
         subject=case.kernel.name,
+        undefined=undefined,
     )
 
 

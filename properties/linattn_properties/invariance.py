@@ -127,7 +127,8 @@ def batch_and_head_equivariant(
 
     for o and the final state and, when backward is supported, for the gradients of the
     permuted run (with the permuted cotangents). The comparison rule is the pairwise one of
-    `linattn_verify.compare` (ratio <= 2); unverifiable elements are not judged.
+    `linattn_verify.compare` (ratio <= 2); unverifiable elements are not judged, nor are
+    undefined ones (an exactly zero exact denominator).
 
     Args:
         spec: The case (permutations and the chosen n, h come from ``spec.seed``).
@@ -144,22 +145,30 @@ def batch_and_head_equivariant(
         return case
     problem = case.problem
     N, H = problem.num_sequences, problem.q.shape[2]
-    if N == 1 and H == 1:
-        return case.not_applicable("one sequence and one head: nothing to permute")
+    # A kernel with an implied decay derives each head's decay from its index and H (FLA's
+    # retention): moving a head changes its function, so only sequences are moved.
+    heads_fixed = kernel.implied_decay is not None
+    if N == 1 and (H == 1 or heads_fixed):
+        return case.not_applicable(
+            "one sequence and one head: nothing to permute"
+            if H == 1
+            else "one sequence, and the kernel's implied decay ties each head to its index"
+        )
     rng = random.Random(spec.seed)
     seed = spec.seed + 1 if backward and kernel.capabilities.backward else None
     nonempty = [n for n, _, start, end in problem.sequences() if end > start]
+    heads = list(range(H)) if heads_fixed else _permutation(H, rng)
     variants: list[tuple[str, Reindex, bool]] = [
         (
-            "permuted sequences and heads",
-            reindex(problem, _permutation(N, rng), _permutation(H, rng)),
+            "permuted sequences" + ("" if heads_fixed else " and heads"),
+            reindex(problem, _permutation(N, rng), heads),
             True,
         )
     ]
     if N > 1:
         n = rng.choice(nonempty)
         variants.append((f"sequence {n} alone", reindex(problem, [n], list(range(H))), False))
-    if H > 1:
+    if H > 1 and not heads_fixed:
         h = rng.randrange(H)
         variants.append((f"head {h} alone", reindex(problem, list(range(N)), [h]), False))
     problem = replace(problem, output_final_state=kernel.capabilities.final_state)
@@ -195,6 +204,7 @@ def batch_and_head_equivariant(
                         expected,
                         index.apply(name, theirs.bound),
                         index.apply(name, theirs.verifiable),
+                        None if theirs.undefined is None else index.apply(name, theirs.undefined),
                     ),
                     mine.reference,
                 )

@@ -47,7 +47,10 @@ def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     the kernel's value, x the oracle's and B the bound of the kernel's precision recipe:
 
         r = |x̂ - x| / B <= 2 on verifiable elements,  η <= 2 (normalized o),
-        and x̂ finite wherever x is finite and representable.
+        and x̂ finite wherever x is finite and representable;
+
+    where the exact denominator is 0 (o undefined), x̂ must be the value the kernel declared
+    (``capabilities.zero_denominator``: 0, the IEEE quotient, or anything).
 
     Args:
         spec: The case.
@@ -62,7 +65,12 @@ def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         return case
     run = run_kernel(kernel, case.problem, caller_judges=True)
     result = check_against_oracle(
-        case.problem, run.o, run.final_state, recipe=case.recipe, name=kernel.name
+        case.problem,
+        run.o,
+        run.final_state,
+        recipe=case.recipe,
+        name=kernel.name,
+        zero_denominator=kernel.capabilities.zero_denominator,
     )
     return case.judged(result.comparisons, findings=_findings(result), notes=result.notes)
 
@@ -81,7 +89,9 @@ def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
 
         r = |x̂ - x| / B <= 2 on verifiable elements (B from `backward_bounds`),
 
-    and the forward tensors as in `outputs_match_oracle`.
+    and the forward tensors as in `outputs_match_oracle`. Gradient elements that depend on a
+    row whose exact denominator is 0 are undefined: judged by the bound of the ``zero``
+    convention for a kernel that declared it, not judged for ``ieee`` and ``any``.
 
     Args:
         spec: The case.
@@ -114,6 +124,7 @@ def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         do=do,
         d_final_state=d_final,
         name=kernel.name,
+        zero_denominator=kernel.capabilities.zero_denominator,
     )
     return case.judged(result.comparisons, findings=_findings(result), notes=result.notes)
 

@@ -103,7 +103,16 @@ def _shifted(tb: TensorBound, s: int, name: str) -> TensorBound:
         count=tb.count[:, s:],
         unit=tb.unit,
         verifiable=tb.verifiable[:, s:],
+        undefined=None if tb.undefined is None else tb.undefined[:, s:],
+        zero_denominator=tb.zero_denominator,
     )
+
+
+def _undefined(tb: TensorBound) -> torch.Tensor:
+    """``tb.undefined``, or no element."""
+    if tb.undefined is None:
+        return torch.zeros_like(tb.reference, dtype=torch.bool)
+    return tb.undefined
 
 
 @property_function
@@ -164,9 +173,10 @@ def state_split_composes(
             f"{kernel.name}'s final state at s={s} is not a valid initial state: {exc}"
         )
     run_second = run_kernel(kernel, second, caller_judges=True)
-    fb_whole = forward_bounds(whole, recipe).tensors
-    fb_first = forward_bounds(first, recipe).tensors
-    fb_second = forward_bounds(second, recipe).tensors
+    declared = kernel.capabilities.zero_denominator
+    fb_whole = forward_bounds(whole, recipe, zero_denominator=declared).tensors
+    fb_first = forward_bounds(first, recipe, zero_denominator=declared).tensors
+    fb_second = forward_bounds(second, recipe, zero_denominator=declared).tensors
     e_z = fb_first["final_key_sum"].bound if whole.normalize else None
     carried = _carried_state_error(whole, s, fb_whole, fb_first["final_state"].bound, e_z)
     label = f"{kernel.name} split at s={s}"
@@ -186,6 +196,7 @@ def state_split_composes(
                 torch.cat([firsts["o"], seconds["o"]], dim=1),
                 torch.cat([fb_first["o"].bound, bound], dim=1),
                 torch.cat([fb_first["o"].verifiable, verifiable], dim=1),
+                torch.cat([_undefined(fb_first["o"]), _undefined(tb_second)], dim=1),
             )
         else:
             exact = replace(fb_whole[key], name=key)
@@ -282,14 +293,15 @@ def varlen_matches_separate_runs(spec: ProblemSpec, kernel: Kernel) -> PropertyR
         for sub in [_subproblem(problem, start, end, _initial_row(problem, n))]
     }
     fb_packed = forward_bounds(problem, recipe).tensors
-    pieces: dict[str, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
+    pieces: dict[str, list[tuple[torch.Tensor, ...]]] = {}
     for n, _, _ in segments:
         if n in separate:
             sub, run = separate[n]
             bounds = forward_bounds(sub, recipe).tensors
             values = run.tensors()
             for key, tb in bounds.items():
-                pieces.setdefault(key, []).append((values[key], tb.bound, tb.verifiable))
+                piece = (values[key], tb.bound, tb.verifiable, _undefined(tb))
+                pieces.setdefault(key, []).append(piece)
             continue
         for key, initial in (
             ("final_state", problem.initial_state),
@@ -300,7 +312,8 @@ def varlen_matches_separate_runs(spec: ProblemSpec, kernel: Kernel) -> PropertyR
             ref = fb_packed[key].reference[n : n + 1]
             value = ref.new_zeros(ref.shape) if initial is None else initial[n : n + 1]
             zero = torch.zeros_like(ref)
-            pieces.setdefault(key, []).append((value, zero, torch.ones_like(ref, dtype=torch.bool)))
+            known = torch.ones_like(ref, dtype=torch.bool)
+            pieces.setdefault(key, []).append((value, zero, known, ~known))
     comparisons = []
     values = packed.tensors()
     for key in [k for k in fb_packed if k in pieces]:
@@ -311,6 +324,7 @@ def varlen_matches_separate_runs(spec: ProblemSpec, kernel: Kernel) -> PropertyR
             torch.cat([p[0].to(parts[0][0].dtype) for p in parts], dim=dim),
             torch.cat([p[1] for p in parts], dim=dim),
             torch.cat([p[2] for p in parts], dim=dim),
+            torch.cat([p[3] for p in parts], dim=dim),
         )
         comparisons.append(
             compare_pair(

@@ -121,6 +121,9 @@ def test_fla_kernels_declarations(kernels: dict[str, Kernel]) -> None:
         assert cap.varlen, name
         assert cap.normalize == ((True,) if name.endswith("+normalize") else (False,)), name
         assert cap.eps == (fla_adapters.FLA_EPS if name.endswith("+normalize") else 0.0), name
+        if name.endswith("+normalize"):
+            # torch divides, unguarded: NaN for 0/0, ±inf for x/0 (fla/ops/linear_attn/utils.py).
+            assert cap.zero_denominator == "ieee", name
         assert cap.decay == name.startswith("fla/simple_gla"), name
         assert (kernel.implied_decay is not None) == name.startswith("fla/retention"), name
         assert cap.initial_state == cap.final_state == (kernel.form != "parallel"), name

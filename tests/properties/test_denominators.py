@@ -204,3 +204,55 @@ def test_denominator_stable_passes_the_correct_twin() -> None:
         if not spec.initial_state:
             result = denominator_stable(spec, twin)
             assert result.status == "held", result.report()
+
+
+# Declared conventions (docs/design.md §3): the same IEEE kernel, three declarations.
+
+
+def ieee_division(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+    # A correct kernel that divides as IEEE arithmetic does: 0/0 = NaN on the 0/0 rows.
+    N, Z = _parts(q, k, v, g, kw)
+    return (N / (Z + kw["eps"])).to(q.dtype), None
+
+
+@pytest.mark.parametrize("convention", ["ieee", "any"])
+@pytest.mark.parametrize("name", ["all-zero-features", "underflow-eps0", "tiny-relu-fp16"])
+def test_an_ieee_kernel_is_stable_under_its_declaration(name: str, convention: str) -> None:
+    kernel = bug_kernel(
+        ieee_division, initial_state=False, final_state=False, zero_denominator=convention
+    )
+    result = denominator_stable(NASTY[name], kernel)
+    assert result.status == "held", result.report()
+    # No "o[Z=0]" comparison with 0: that is the zero convention's.
+    assert [c.tensor for c in result.comparisons] == ["o"]
+
+
+def test_an_ieee_kernel_declared_zero_breaks_its_declaration() -> None:
+    kernel = bug_kernel(ieee_division, initial_state=False, final_state=False)
+    assert kernel.capabilities.zero_denominator == "zero"
+    result = denominator_stable(NASTY["all-zero-features"], kernel)
+    assert result.status == "failed"
+    assert result.reason is not None
+    assert "on rows whose exact denominator is 0, where it declared zero_denominator='zero'" in (
+        result.reason
+    )
+
+
+def test_an_ieee_kernel_counts_the_zero_rows_as_undefined() -> None:
+    kernel = bug_kernel(
+        ieee_division, initial_state=False, final_state=False, zero_denominator="ieee"
+    )
+    result = denominator_stable(NASTY["all-zero-features"], kernel)
+    assert oracle_of(result).counts.undefined == 18 * 2 * base().V
+
+    # A NaN on a row whose denominator is certified nonzero is still never allowed.
+    def nan_elsewhere(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+        o, _ = ieee_division(q, k, v, g, **kw)
+        o[:, 0] = torch.nan
+        return o, None
+
+    broken = replace(kernel, fn=nan_elsewhere)
+    bad = denominator_stable(base(values="normal", eps=1e-2), broken)
+    assert bad.status == "failed"
+    assert bad.reason is not None
+    assert "outside the rows whose exact denominator is or may be 0" in bad.reason

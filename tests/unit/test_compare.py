@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -19,8 +21,8 @@ from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.results import Comparison
-from linattn_verify.semantics import validate_problem
-from linattn_verify.tolerance import forward_bounds
+from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.tolerance import TensorBound, backward_bounds, depends_on_rows, forward_bounds
 
 RECIPE = PrecisionRecipe(form="parallel", dots_on_path=0, decay_scan="global")
 
@@ -194,3 +196,198 @@ def test_comparisons_survive_json() -> None:
     for c in result.comparisons:
         # NaN != NaN, so compare the JSON (where a NaN is the string "nan").
         assert Comparison.from_json(c.to_json()).to_json() == c.to_json()
+
+
+# Declared zero-denominator conventions (docs/design.md §3): where the exact denominator is 0 the
+# exact result is undefined; each convention says what the kernel returns there.
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _zero_rows_problem() -> Problem:
+    """T = 3, relu features: row 0 is 0/0 (q <= 0), row 1 is x/0 (z_0 = 0 and φ(k_0) = 0 where
+    φ(q_1) > 0, but S_0 != 0), row 2 is an ordinary row."""
+    q = torch.tensor([[-1.0, -2.0], [1.0, 0.0], [1.0, 1.0]]).reshape(1, 3, 1, 2)
+    k = torch.tensor([[-1.0, 1.0], [-1.0, 1.0], [2.0, 1.0]]).reshape(1, 3, 1, 2)
+    v = torch.tensor([[1.0], [2.0], [3.0]]).reshape(1, 3, 1, 1)
+    S0 = torch.tensor([[4.0], [0.0]]).reshape(1, 1, 2, 1)
+    z0 = torch.zeros(1, 1, 2)
+    return validate_problem(
+        q, k, v, normalize=True, feature_map="relu", initial_state=(S0, z0), scale=1.0
+    )
+
+
+def _o_bound(convention: str) -> TensorBound:
+    return forward_bounds(_zero_rows_problem(), RECIPE, zero_denominator=convention).tensors["o"]
+
+
+def _with_rows(row0: float, row1: float) -> torch.Tensor:
+    o = _o_bound("zero").reference.float().clone()
+    o[0, 0, 0, 0], o[0, 1, 0, 0] = row0, row1
+    return o
+
+
+def test_undefined_elements_are_the_rows_whose_exact_denominator_is_zero() -> None:
+    tb = _o_bound("zero")
+    assert tb.undefined is not None
+    assert tb.undefined[0, :, 0, 0].tolist() == [True, True, False]
+    assert tb.residual is not None
+    assert tb.residual.numerator[0, :2, 0, 0].tolist() == [0.0, 4.0]  # 0/0, then x/0
+
+
+@pytest.mark.parametrize(
+    ("convention", "row0", "row1", "held"),
+    [
+        # zero: 0 on every row whose exact denominator is 0 (the harness's own convention).
+        ("zero", 0.0, 0.0, True),
+        ("zero", NAN, 0.0, False),
+        ("zero", 0.0, INF, False),
+        ("zero", 1e-30, 0.0, False),
+        # ieee: NaN for 0/0, ±inf for x/0 (either sign: a computed zero's sign is not the exact
+        # function's).
+        ("ieee", NAN, INF, True),
+        ("ieee", NAN, -INF, True),
+        ("ieee", 0.0, INF, False),
+        ("ieee", INF, INF, False),
+        ("ieee", NAN, NAN, False),
+        ("ieee", NAN, 4.0, False),
+        # any: nothing judged there.
+        ("any", 7.0, NAN, True),
+        ("any", -INF, 0.0, True),
+    ],
+)
+def test_undefined_elements_are_judged_by_the_declared_convention(
+    convention: str, row0: float, row1: float, held: bool
+) -> None:
+    c = compare(_with_rows(row0, row1), _o_bound(convention))
+    assert c.ok is held, mismatch_message(c)
+    assert c.counts.undefined == 2
+    if not held:
+        assert c.deciding == INF
+        assert c.worst is not None
+        assert c.worst.index[1] in (0, 1)
+
+
+def test_a_finite_value_where_ieee_declares_nan_is_a_nonfinite_mismatch() -> None:
+    c = compare(_with_rows(0.0, INF), _o_bound("ieee"))
+    assert c.counts.nonfinite == 1
+    assert c.worst is not None
+    assert c.worst.index == (0, 0, 0, 0)
+    assert c.worst.actual == 0.0
+    assert math.isnan(c.worst.expected)  # the declared value, not the oracle's convention
+    assert "Finite/non-finite mismatches: 1" in mismatch_message(c)
+    assert "elements undefined: 2" in mismatch_message(c)
+
+
+def test_defined_elements_are_judged_the_same_under_every_convention() -> None:
+    declared = {"zero": (0.0, 0.0), "ieee": (NAN, INF), "any": (0.0, 0.0)}
+    for convention, rows in declared.items():
+        o = _with_rows(*rows)
+        o[0, 2, 0, 0] = NAN
+        c = compare(o, _o_bound(convention))
+        assert not c.ok
+        assert c.worst is not None
+        assert c.worst.index == (0, 2, 0, 0)
+
+
+def test_cancelling_denominator_under_ieee_accepts_any_value() -> None:
+    # Identity features with q·k = 0 but M^Z > 0: the computed denominator is rounding noise,
+    # so its IEEE quotient is not determined.
+    q, k = (
+        torch.tensor([1.0, 1.0]).reshape(1, 1, 1, 2),
+        torch.tensor([1.0, -1.0]).reshape(1, 1, 1, 2),
+    )
+    p = validate_problem(q, k, torch.ones(1, 1, 1, 1), normalize=True, scale=1.0)
+    tb = forward_bounds(p, RECIPE, zero_denominator="ieee").tensors["o"]
+    assert tb.undefined is not None
+    assert bool(tb.undefined.all())
+    for value in (NAN, INF, 123.0):
+        assert compare(torch.full((1, 1, 1, 1), value), tb).ok
+
+
+def test_gradients_depending_on_an_undefined_row_are_undefined() -> None:
+    p = _zero_rows_problem()
+    do = torch.ones(1, 3, 1, 1)
+    bounds = {
+        conv: backward_bounds(p, RECIPE, do=do, zero_denominator=conv)
+        for conv in ("zero", "ieee", "any")
+    }
+    zero = bounds["zero"]
+    # Rows 0 and 1 are undefined: dq at those rows, dk/dv at positions <= 1, the initial state.
+    assert zero["q"].undefined is not None
+    assert zero["q"].undefined[0, :, 0, 0].tolist() == [True, True, False]
+    assert zero["k"].undefined is not None
+    assert zero["k"].undefined[0, :, 0, 0].tolist() == [True, True, False]
+    assert zero["v"].undefined is not None
+    assert zero["v"].undefined[0, :, 0, 0].tolist() == [True, True, False]
+    assert zero["initial_state"].undefined is not None
+    assert bool(zero["initial_state"].undefined.all())
+    # The bounds are those of the zero convention whatever the declaration.
+    for conv in ("ieee", "any"):
+        for name, tb in bounds[conv].items():
+            assert torch.equal(tb.bound, zero[name].bound)
+            assert tb.zero_denominator == conv
+    # What an IEEE backward returns there (NaN) fails a "zero" kernel and is not judged for the
+    # others.
+    grad = zero["q"].reference.float().clone()
+    grad[0, :2] = NAN
+    assert not compare(grad, zero["q"]).ok
+    for conv in ("ieee", "any"):
+        c = compare(grad, bounds[conv]["q"])
+        assert c.ok, mismatch_message(c)
+        assert c.counts.undefined == 4
+
+
+def test_depends_on_rows_follows_sequences_and_heads() -> None:
+    p = validate_problem(
+        torch.randn(1, 5, 2, 3),
+        torch.randn(1, 5, 2, 3),
+        torch.randn(1, 5, 2, 4),
+        torch.zeros(1, 5, 2),
+        initial_state=torch.zeros(2, 2, 3, 4),
+        cu_seqlens=torch.tensor([0, 2, 5]),
+    )
+    rows = torch.zeros(1, 5, 2, dtype=torch.bool)
+    rows[0, 3, 1] = True  # token 1 of sequence 1, head 1
+    masks = depends_on_rows(p, rows)
+    assert masks["q"][0, :, 1, 0].tolist() == [False, False, False, True, False]
+    # Keys at positions <= t of the same sequence only (tokens 2, 3), and only head 1.
+    assert masks["k"][0, :, 1, 0].tolist() == [False, False, True, True, False]
+    assert masks["g"][0, :, 1].tolist() == [False, False, True, True, False]
+    assert not bool(masks["v"][0, :, 0].any())
+    assert masks["initial_state"][:, :, 0, 0].tolist() == [[False, False], [False, True]]
+    assert masks["initial_key_sum"].shape == (2, 2, 3)
+
+
+def test_pairwise_does_not_judge_an_undefined_element() -> None:
+    tb = _o_bound("zero")
+    a, b = _with_rows(NAN, INF), _with_rows(3.0, 0.0)
+    c = compare_pair("o", Side.of("a", a, tb), Side.of("b", b, tb), tb.reference)
+    assert c.ok, mismatch_message(c)
+    assert c.counts.undefined == 2
+    assert c.counts.unverifiable == 0
+    # Without the mask the same pair fails: the rows would be judged.
+    bare = Side("b", b, tb.bound, tb.verifiable)
+    blind = compare_pair("o", Side("a", a, tb.bound, tb.verifiable), bare, tb.reference)
+    assert not blind.ok
+    # Undefined on one side is enough.
+    assert compare_pair("o", Side.of("a", a, tb), bare, tb.reference).ok
+
+
+def test_bitwise_skips_the_elements_named_undefined() -> None:
+    x, y = torch.tensor([1.0, NAN, 2.0]), torch.tensor([1.0, 5.0, 2.0])
+    assert not compare_bitwise("o", x, y).ok
+    c = compare_bitwise("o", x, y, undefined=torch.tensor([False, True, False]))
+    assert c.ok
+    assert c.counts.undefined == 1
+    y[2] = 3.0
+    assert not compare_bitwise("o", x, y, undefined=torch.tensor([False, True, False])).ok
+
+
+def test_check_against_oracle_notes_the_declared_convention() -> None:
+    p = _zero_rows_problem()
+    o = _with_rows(NAN, -INF)
+    assert not check_against_oracle(p, o, recipe=RECIPE).ok  # "zero" by default
+    result = check_against_oracle(p, o, recipe=RECIPE, zero_denominator="ieee")
+    assert result.ok, result.report()
+    assert any("declared zero_denominator='ieee'" in n for n in result.notes)

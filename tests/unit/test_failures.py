@@ -108,6 +108,21 @@ def test_load_failure_round_trips_the_spec_and_inputs(tmp_path: Path) -> None:
     assert worst.deciding > 2
 
 
+def test_load_failure_round_trips_the_calling_style(tmp_path: Path) -> None:
+    spec = replace(SPEC, scale=None, output_final_state=False, omit=("scale", "output_final_state"))
+    with pytest.raises(PropertyViolation):
+        check(fwd_matches_oracle, spec, BAD, directory=tmp_path)
+    path = tmp_path / "fwd_matches_oracle-torch_off_by_one.json"
+    saved = load_failure(path)
+    assert saved.spec == spec
+    assert saved.problem().omit == frozenset(spec.omit)
+    # A failure saved before ``omit`` existed loads with every argument passed explicitly.
+    document = json.loads(path.read_text())
+    del document["spec"]["omit"]
+    path.write_text(json.dumps(document))
+    assert load_failure(path).spec == replace(spec, omit=())
+
+
 def test_a_saved_failure_replays_to_the_same_failure(tmp_path: Path) -> None:
     path = _failing_path(tmp_path)
     saved = load_failure(path)

@@ -18,6 +18,8 @@ from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Capabilities, Kernel
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.registry import FULL
+from linattn_verify.semantics import OMITTABLE
 from linattn_verify.strategies import (
     DTYPES,
     LAYOUTS,
@@ -163,6 +165,30 @@ def test_kernel_specs_never_draw_unsupported_options(spec: ProblemSpec) -> None:
     assert not spec.output_final_state
     assert min(spec.K, spec.V) >= 2
     assert max(spec.K, spec.V) <= 6
+    # The call passes this kernel only the scale and output_final_state: nothing else to omit.
+    assert set(spec.omit) <= {"scale", "output_final_state"}
+
+
+@given(spec=problem_specs(max_seq_len=16))
+def test_calling_styles_omit_only_arguments_at_their_default(spec: ProblemSpec) -> None:
+    problem = spec.build()
+    assert problem.omit == frozenset(spec.omit)
+    assert problem.omit <= problem.at_default()
+
+
+@given(spec=problem_specs(max_seq_len=16, omittable=()))
+def test_no_omittable_arguments_pass_every_argument(spec: ProblemSpec) -> None:
+    assert spec.omit == ()
+
+
+def test_calling_styles_shrink_to_explicit_and_reach_every_omission() -> None:
+    assert _find(problem_specs(), lambda s: True).omit == ()
+    full = Kernel("test/full", lambda *args, **kwargs: None, FULL, PrecisionRecipe(form="chunk"))
+    for name in OMITTABLE:
+        # A failure that needs one omission shrinks to that omission alone.
+        found = _find(kernel_specs(full), lambda s, n=name: n in s.omit)
+        assert found.omit == (name,)
+    assert _find(problem_specs(), lambda s: "scale" in s.omit).scale is None
 
 
 @given(spec=problem_specs(max_seq_len=24, layouts=("contiguous",)))
@@ -195,6 +221,7 @@ def test_repro_rebuilds_the_case(spec: ProblemSpec) -> None:
     assert "\n" not in spec.repro()
     for name, expected in spec.build().inputs().items():
         assert torch.equal(rebuilt.inputs()[name], expected), name
+    assert rebuilt.omit == frozenset(spec.omit)
 
 
 @given(spec=problem_specs(max_seq_len=32, values=("near_max",), decays=("none",)))
@@ -285,6 +312,7 @@ BAD_ARGUMENTS: list[tuple[Any, dict[str, Any], str]] = [
     (problem_specs, {"layouts": ("strided",)}, "layouts=('strided',)"),
     (problem_specs, {"eps_values": (-1.0,)}, "eps_values=(-1.0,)"),
     (problem_specs, {"varlen": 1}, "varlen=1"),
+    (problem_specs, {"omittable": ("sclae",)}, "omittable=('sclae',)"),
     (kernel_specs, {"kernel": "torch/chunk"}, "kernel='torch/chunk'"),
 ]
 
@@ -314,3 +342,9 @@ def test_problem_spec_rejects_unknown_names() -> None:
         ProblemSpec(**{**fields, "T": 0})
     with pytest.raises(InvalidArgument, match="values='gaussian'"):
         ProblemSpec(**{**fields, "values": "gaussian"})
+    assert base.omit == ()
+    # Distinct names of OMITTABLE, in its order, as a tuple (so the repr is canonical).
+    for omit in (("sclae",), ("scale", "g"), ("scale", "scale"), ["scale"]):
+        with pytest.raises(InvalidArgument, match="omit="):
+            ProblemSpec(**{**fields, "omit": omit})
+    assert ProblemSpec(**{**fields, "omit": ("g", "scale")}).omit == ("g", "scale")

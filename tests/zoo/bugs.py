@@ -383,8 +383,9 @@ def key_sum_dropped_on_resume(p: Problem) -> tuple[torch.Tensor, State]:
 
 def normalizer_default_scale(p: Problem) -> tuple[torch.Tensor, State]:
     """Normalization: scales the normalizer by K^-1/2, not the caller's s (fla PR #130)."""
-    # fla resolved ``scale=None`` for the numerator only; `Kernel.call` always passes the
-    # resolved scale, so the reachable form of the bug is a normalizer that never sees it.
+    # fla resolved ``scale=None`` for the numerator only. This is the form of the bug a caller
+    # passing the scale meets (the normalizer never sees it); `scale_default_from_values` is
+    # the form only a call without ``scale`` meets.
     return normalized_parts(p, z_scale=p.shape[3] ** -0.5)
 
 
@@ -512,6 +513,21 @@ def dv_uses_default_scale(p: Problem) -> tuple[torch.Tensor, State]:
     return reference("chunk", replace(p, v=_ScaledGradient.apply(p.v, factor)))
 
 
+def scale_default_from_values(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor | None = None, **kw: Any
+) -> tuple[torch.Tensor, State]:
+    """Scale: resolves ``scale=None`` to V^-1/2 instead of K^-1/2 (fla PR #130's class).
+
+    Right whenever the caller passes the scale (as `Kernel.call` did in every case before the
+    calling style was drawn), or K == V: only a call that leaves the scale out, with K != V,
+    meets the bug. Written in the calling convention, unlike the kernels above: the bug is in
+    how it resolves an argument left out, which a `Problem` has already resolved.
+    """
+    if kw.get("scale") is None:
+        kw["scale"] = v.shape[-1] ** -0.5
+    return CHUNK_TWIN.fn(q, k, v, g, **kw)
+
+
 # Compile and device.
 
 
@@ -602,6 +618,14 @@ def _entry(
     return ZooEntry(broken=broken, twin=twin, bug_class=bug_class, mirrors=mirrors, extra=extra)
 
 
+def _convention_entry(
+    fn: Callable[..., tuple[torch.Tensor, State]], twin: Kernel, bug_class: str, mirrors: str
+) -> ZooEntry:
+    """An entry whose broken kernel is written in the calling convention (a bug in a default)."""
+    broken = replace(twin, name=f"zoo/{fn.__name__}", fn=fn)
+    return ZooEntry(broken=broken, twin=twin, bug_class=bug_class, mirrors=mirrors)
+
+
 ZOO: tuple[ZooEntry, ...] = (
     _entry(denominator_cumsum_over_heads, DENOMINATOR_TWIN, "normalization", "fla #594, #850"),
     _entry(key_sum_dropped_on_resume, CHUNK_TWIN, "normalization", "fla PR #268"),
@@ -622,6 +646,7 @@ ZOO: tuple[ZooEntry, ...] = (
     _entry(head_first_layout_assumed, CHUNK_TWIN, "shapes and layout", "fla #547"),
     _entry(contiguity_assumed, CHUNK_TWIN, "shapes and layout", "strided inputs"),
     _entry(dv_uses_default_scale, CHUNK_TWIN, "scale", "fla #47"),
+    _convention_entry(scale_default_from_values, CHUNK_TWIN, "scale", "fla PR #130"),
     _entry(
         wrong_under_compile,
         CHUNK_TWIN,
