@@ -29,6 +29,7 @@ from linattn_verify.errors import InvalidArgument
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
 from linattn_verify.typing import (
+    DTYPE_NAMES,
     KERNEL_DTYPES,
     ZERO_DENOMINATORS,
     FeatureMap,
@@ -36,8 +37,6 @@ from linattn_verify.typing import (
     ZeroDenominator,
     dtype_name,
 )
-
-DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
 
 
 @dataclass(frozen=True)

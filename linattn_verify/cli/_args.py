@@ -7,11 +7,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from linattn_verify.typing import FORMS, KERNEL_DTYPES
-
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-FORM_NAMES: tuple[str, ...] = FORMS
-DTYPE_NAMES: tuple[str, ...] = KERNEL_DTYPES
 
 
 def csv_of(choices: Sequence[str]) -> Any:

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from linattn_verify.cli._args import (
-    DTYPE_NAMES,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
-    FORM_NAMES,
     csv_of,
     nonnegative_float,
     positive,
 )
+from linattn_verify.typing import FORMS, KERNEL_DTYPES
 
 
 def add_parser(sub: Any) -> None:
@@ -67,8 +66,8 @@ def add_parser(sub: Any) -> None:
     cap.add_argument("--no-final-state", action="store_true", help="returns no final state")
     cap.add_argument(
         "--dtypes",
-        type=csv_of(DTYPE_NAMES),
-        default=DTYPE_NAMES,
+        type=csv_of(KERNEL_DTYPES),
+        default=KERNEL_DTYPES,
         help="input dtypes. Default: %(default)s",
     )
     cap.add_argument(
@@ -76,7 +75,7 @@ def add_parser(sub: Any) -> None:
     )
     cap.add_argument(
         "--even-head-dims",
-        type=csv_of(DTYPE_NAMES),
+        type=csv_of(KERNEL_DTYPES),
         default=(),
         metavar="DTYPES",
         help="dtypes in which K and V must be even (FLA's 16-bit chunked backward). Default: none",
@@ -89,7 +88,7 @@ def add_parser(sub: Any) -> None:
     rec = check.add_argument_group("precision recipe (how the kernel rounds)")
     rec.add_argument(
         "--form",
-        choices=FORM_NAMES,
+        choices=FORMS,
         default=None,
         help="algorithm; unknown charges the counts of all three. Default: unknown",
     )

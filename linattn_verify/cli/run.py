@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from linattn_verify.cli._args import (
-    DTYPE_NAMES,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -18,6 +17,7 @@ from linattn_verify.cli._args import (
     positive,
 )
 from linattn_verify.results import CaseRecord
+from linattn_verify.typing import KERNEL_DTYPES
 
 DEFAULT_KERNELS = ("triton/*", "fla/*")
 """What `run` verifies by default: our Triton kernels, and FLA's when it is installed."""
@@ -35,8 +35,8 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument(
         "--dtypes",
-        type=csv_of(DTYPE_NAMES),
-        default=DTYPE_NAMES,
+        type=csv_of(KERNEL_DTYPES),
+        default=KERNEL_DTYPES,
         help="input dtypes. Default: %(default)s",
     )
     run.add_argument(
