@@ -29,7 +29,25 @@ from linattn_verify.results import CaseRecord, PropertyVerdict
 from linattn_verify.targets import KernelTimeout, load_target, with_timeout
 
 FIRST_ROUND_EXAMPLES = 5
-"""Examples per property in the first round; round r searches (r + 1) times as many."""
+"""Most examples per property in the first round (later rounds size theirs to the time slice)."""
+
+MIN_SEARCH_EXAMPLES = 3
+"""Fewest cases a search runs before its time slice can stop it (the budget's end still can)."""
+
+MAX_SEARCH_EXAMPLES = 200
+"""Most examples in one search of a later round, however fast the property."""
+
+SLICES = 8
+"""The budget is cut into this many slices per property: round r gives each (r + 1) of them."""
+
+REACH_SHARE = 0.4
+"""Share of the budget for the size reach (`linattn_verify.reach`), after the first round."""
+
+SHRINK_SHARE = 0.25
+"""Longest a failure is shrunk, as a share of the budget (each property's own search)."""
+
+DRAWN_SEQ_LEN = 32
+"""Longest T the search draws (the reach goes further); ``max_seq_len`` caps both."""
 
 
 @dataclass(frozen=True)
@@ -40,17 +58,20 @@ class SearchSettings:
         budget: Wall-clock seconds for the whole check.
         failures_dir: Where failing cases are saved.
         seed: Seed of the search.
-        max_seq_len: Longest T drawn.
-        max_head_dim: Largest K and V drawn.
+        max_seq_len: Longest T anywhere (the search draws up to `DRAWN_SEQ_LEN`, the reach up
+            to `linattn_verify.reach.MAX_SEQ_LEN`), or `None` for no cap.
+        max_head_dim: Largest K and V the search draws (the reach goes to the kernel's limit).
         fail_fast: Stop at the first property that fails.
+        reach: Check the boundary sizes (`linattn_verify.reach`) after the first round.
     """
 
     budget: float
     failures_dir: Path
     seed: int = 0
-    max_seq_len: int = 32
+    max_seq_len: int | None = None
     max_head_dim: int = 16
     fail_fast: bool = False
+    reach: bool = True
 
 
 class CheckListener:
@@ -98,12 +119,19 @@ def check_kernel(
 ) -> CheckReport:
     """Search every property for a counterexample until ``search.budget`` seconds are spent.
 
-    Rounds: round r gives each property that still holds one Hypothesis search of
-    ``FIRST_ROUND_EXAMPLES * (r + 1)`` cases, seeded from ``search.seed``, the round and the
-    property, so the check is reproducible and later rounds see new cases. The first round always
-    runs to the end, whatever the budget, so every property is tried. A failure is shrunk to a
-    minimal case and saved in ``search.failures_dir``; with ``search.fail_fast`` the check stops
-    there.
+    The budget is shared by time, not by examples, so that one slow property (a compile, an
+    interpreted kernel) cannot eat it. Round r gives each property that still holds one
+    Hypothesis search of (r + 1) slices of ``budget / (SLICES * properties)`` seconds, seeded
+    from ``search.seed``, the round and the property, so the check is reproducible and later
+    rounds see new cases. A search stops starting cases when its slice (or the budget) is spent;
+    the first round's searches run `FIRST_ROUND_EXAMPLES` cases at most, later ones as many as
+    the property's speed so far fits in the slice (at most `MAX_SEARCH_EXAMPLES`). The first
+    round draws realistic values only (`REALISTIC_FAMILIES`: a failure at magnitudes models
+    produce is found before one at extreme magnitudes) and always runs, whatever the budget, so
+    every property is tried. Then the size reach (`linattn_verify.reach`) checks the boundary
+    sizes for up to `REACH_SHARE` of the budget, then the rounds go on with every value family.
+    A failure is shrunk to a minimal case, diagnosed (`linattn_verify.diagnosis`) and saved in
+    ``search.failures_dir``; with ``search.fail_fast`` the check stops there.
 
     Args:
         kernel: The kernel under test.
@@ -114,7 +142,7 @@ def check_kernel(
     Raises:
         InvalidArgument: if the budget is not a positive number.
     """
-    from linattn_verify.strategies import kernel_specs
+    from linattn_verify.strategies import REALISTIC_FAMILIES, kernel_specs
 
     budget = search.budget
     if not (isinstance(budget, int | float) and budget > 0 and math.isfinite(budget)):
@@ -122,54 +150,58 @@ def check_kernel(
     listener = listener or CheckListener()
     started = time.perf_counter()
     verdicts = {name: PropertyVerdict(kernel.name, name, "held") for name in properties}
-    strategy = kernel_specs(
-        kernel, max_seq_len=search.max_seq_len, max_head_dim=search.max_head_dim
+    seen: dict[str, set[str]] = {name: set() for name in properties}
+    drawn_T = DRAWN_SEQ_LEN if search.max_seq_len is None else search.max_seq_len
+    max_T, max_D = min(drawn_T, DRAWN_SEQ_LEN), search.max_head_dim
+    realistic = kernel_specs(
+        kernel, max_seq_len=max_T, max_head_dim=max_D, values=REALISTIC_FAMILIES
     )
-    stop = False
+    every_family = kernel_specs(kernel, max_seq_len=max_T, max_head_dim=max_D)
+    slice_ = budget / (SLICES * max(1, len(properties)))
+
+    def stopped() -> bool:
+        return search.fail_fast and not all(v.ok for v in verdicts.values())
+
     round_ = 0
-    while not stop:
+    while not stopped():
         pending = [name for name, verdict in verdicts.items() if verdict.ok]
         if not pending:
             break
-        examples = FIRST_ROUND_EXAMPLES * (round_ + 1)
+        seconds = slice_ * (round_ + 1)
         for name in pending:
-            if round_ > 0 and time.perf_counter() - started >= budget:
-                stop = True
-                break
             search_started = time.perf_counter()
-            index = list(verdicts).index(name)
+            end = started + budget
+            if round_ > 0 and search_started >= end:
+                break
+            examples = _examples_for(verdicts[name], seconds, round_)
             verdict = search_property(
                 properties[name],
                 kernel,
-                strategy,
-                seed=search.seed * 1_000_003 + round_ * 1009 + index,
+                realistic if round_ == 0 else every_family,
+                seed=search.seed * 1_000_003 + round_ * 1009 + list(verdicts).index(name),
                 examples=examples,
                 verdict=verdicts[name],
                 failures_dir=search.failures_dir,
                 started=started,
                 listener=listener,
+                deadline=search_started + seconds,
+                end=None if round_ == 0 else end,
+                seen=seen[name],
+                shrink_seconds=SHRINK_SHARE * budget,
             )
-            verdict = replace(
-                verdict, seconds=round(verdict.seconds + time.perf_counter() - search_started, 3)
-            )
-            verdicts[name] = verdict
-            listener.verdict(verdict)
-            if not verdict.ok:
-                listener.progress(
-                    f"  {name:32s} FAILED after {verdict.examples} examples "
-                    f"({verdict.first_failure_seconds:.1f} s into the check)"
-                )
-                if search.fail_fast:
-                    stop = True
-                    break
-        else:
-            elapsed = time.perf_counter() - started
-            held = sum(v.ok for v in verdicts.values())
-            listener.progress(
-                f"  round {round_ + 1}: {examples} examples per property, {held}/{len(verdicts)} "
-                f"holding, {elapsed:.1f} s"
-            )
-            stop = elapsed >= budget
+            _settle(verdicts, verdict, search_started, listener)
+            if stopped():
+                break
+        elapsed = time.perf_counter() - started
+        listener.progress(
+            f"  round {round_ + 1}: {seconds:.2g} s per property, "
+            f"{sum(v.ok for v in verdicts.values())}/{len(verdicts)} holding, {elapsed:.1f} s"
+        )
+        if round_ == 0 and search.reach and not stopped():
+            reach_seconds = min(REACH_SHARE * budget, budget - elapsed)
+            _reach(kernel, properties, search, verdicts, listener, started, reach_seconds)
+        if time.perf_counter() - started >= budget:
+            break
         round_ += 1
     settled = tuple(v.settled() for v in verdicts.values())
     for verdict in settled:
@@ -178,6 +210,117 @@ def check_kernel(
             f"{verdict.seconds:6.1f} s"
         )
     return CheckReport(kernel=kernel.name, verdicts=settled, seconds=time.perf_counter() - started)
+
+
+def _examples_for(verdict: PropertyVerdict, seconds: float, round_: int) -> int:
+    """How many examples fit in a search of ``seconds``, at the property's speed so far.
+
+    Two more than fit: Hypothesis starts every search from its simplest cases, which earlier
+    searches ran already (`search_property` skips them at no cost).
+    """
+    if round_ == 0 or not verdict.examples:
+        return FIRST_ROUND_EXAMPLES
+    per_example = max(verdict.seconds / verdict.examples, 1e-3)
+    return max(1, min(MAX_SEARCH_EXAMPLES, int(seconds / per_example))) + 2
+
+
+def _settle(
+    verdicts: dict[str, PropertyVerdict],
+    verdict: PropertyVerdict,
+    search_started: float,
+    listener: CheckListener,
+) -> None:
+    """Store a property's verdict after one of its searches (or reach items); tell the listener."""
+    seconds = round(verdict.seconds + time.perf_counter() - search_started, 3)
+    verdict = replace(verdict, seconds=seconds)
+    verdicts[verdict.property] = verdict
+    listener.verdict(verdict)
+    if not verdict.ok:
+        listener.progress(
+            f"  {verdict.property:32s} FAILED after {verdict.examples} examples "
+            f"({verdict.first_failure_seconds:.1f} s into the check)"
+        )
+
+
+def _reach(
+    kernel: Kernel,
+    properties: Mapping[str, Callable[..., Any]],
+    search: SearchSettings,
+    verdicts: dict[str, PropertyVerdict],
+    listener: CheckListener,
+    started: float,
+    seconds: float,
+) -> None:
+    """Run the size reach within ``seconds``; each item is one more example of its property."""
+    from linattn_verify.reach import ReachRun, reach_plan, reach_spec
+    from linattn_verify.running import check_property, record_of
+
+    plan = reach_plan(kernel, tuple(properties), max_seq_len=search.max_seq_len)
+    run = ReachRun(plan, max(seconds, 0.0))
+    reach_started = time.perf_counter()
+    reached = {"T": 0, "K": 0, "items": 0}
+    for item in run.walk(lambda: time.perf_counter() - reach_started):
+        name = item.property
+        if not verdicts[name].ok:
+            continue
+        prop = properties[name]
+        spec = reach_spec(kernel, item.size, search.seed)
+        listener.case_started(name, repr(spec))
+        item_started = time.perf_counter()
+        verdict = replace(verdicts[name], examples=verdicts[name].examples + 1)
+        try:
+            result = check_property(prop, spec, kernel, directory=search.failures_dir, steer=False)
+        except PropertyViolation as exc:
+            exc = _diagnosed(prop, spec, kernel, exc, search.failures_dir)
+            seconds_ = time.perf_counter() - item_started
+            listener.case_finished(record_of(kernel, spec, exc.result, seconds_, exc.failure_file))
+            verdict = replace(
+                verdict,
+                status="failed",
+                message=f"{exc}\n(size reach: {item.size.why}"
+                + (f", rerun {item.rerun} of the same case)" if item.rerun else ")"),
+                failure_file=exc.failure_file,
+                first_failure_seconds=round(time.perf_counter() - started, 3),
+            )
+        else:
+            listener.case_finished(
+                record_of(kernel, spec, result, time.perf_counter() - item_started)
+            )
+            if result.status == "not_applicable":
+                verdict = replace(verdict, not_applicable=verdict.not_applicable + 1)
+            else:
+                reached.update(T=max(reached["T"], spec.T), K=max(reached["K"], spec.K, spec.V))
+        run.record(item, time.perf_counter() - item_started)
+        reached["items"] += 1
+        _settle(verdicts, verdict, item_started, listener)
+        if search.fail_fast and not verdict.ok:
+            break
+    skipped = sorted({(i.size.T, i.size.K, i.size.V) for i in run.skipped})
+    listener.progress(
+        f"  size reach: {reached['items']} runs in {time.perf_counter() - reach_started:.1f} s, "
+        f"largest T {reached['T']}, largest head dim {reached['K']}"
+        + (f"; {len(skipped)} sizes left for a larger budget" if skipped else "")
+    )
+
+
+def _diagnosed(
+    prop: Callable[..., Any],
+    spec: Any,
+    kernel: Kernel,
+    failure: PropertyViolation,
+    failures_dir: Path,
+) -> PropertyViolation:
+    """``failure`` with the recipe diagnosis of its result (saved again, the message rebuilt)."""
+    from linattn_verify.diagnosis import diagnose
+    from linattn_verify.running import violation
+
+    result = failure.result
+    if result is None:
+        return failure
+    text = diagnose(prop, spec, kernel, result)
+    if text is None:
+        return failure
+    return violation(replace(result, diagnosis=text), spec, kernel, directory=failures_dir)
 
 
 def search_property(
@@ -191,15 +334,46 @@ def search_property(
     failures_dir: Path,
     started: float,
     listener: CheckListener,
+    deadline: float | None = None,
+    end: float | None = None,
+    diagnose: bool = True,
+    seen: set[str] | None = None,
+    shrink_seconds: float | None = None,
 ) -> PropertyVerdict:
-    """One Hypothesis search of ``examples`` cases; return ``verdict`` with what it found."""
+    """One Hypothesis search of at most ``examples`` cases; return ``verdict`` with what it found.
+
+    After ``deadline`` (a `time.perf_counter` value) no further case runs once
+    `MIN_SEARCH_EXAMPLES` have (Hypothesis draws its simplest cases first: a search of one or
+    two cases would only ever see those), and after ``end`` none once one has. A failure is
+    shrunk for at most ``shrink_seconds`` (`None`: until Hypothesis is done). Cases in ``seen``
+    (reprs of the cases earlier searches of this property ran; updated) are skipped: every
+    search starts from Hypothesis's simplest case, which a short search would otherwise spend
+    its time on again. The minimal
+    failing case is recorded (the cases tried while shrinking are not), with its recipe
+    diagnosis when ``diagnose``.
+    """
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
     from linattn_verify.running import check_property, record_of
 
+    seen = set() if seen is None else seen
     tally = {"examples": 0, "not_applicable": 0}
-    first_failure: list[float] = []
+    # (spec, violation, seconds into the check, seconds of the case, when) of each failing case.
+    failing: list[tuple[Any, PropertyViolation, float, float, float]] = []
+
+    def skipped(key: str) -> bool:
+        """Whether the case ``key`` is left out (it then counts as passing)."""
+        now = time.perf_counter()
+        if failing:
+            # Shrinking: past its time only the cases that failed run again (Hypothesis replays
+            # the smallest of them last); the others pass, which ends the shrink.
+            shrunk_enough = shrink_seconds is not None and now - failing[0][4] > shrink_seconds
+            return shrunk_enough and key not in {repr(f[0]) for f in failing}
+        ran = tally["examples"]
+        slice_spent = deadline is not None and now > deadline and ran >= MIN_SEARCH_EXAMPLES
+        budget_spent = end is not None and now > end and ran >= 1
+        return slice_spent or budget_spent or key in seen
 
     @hypothesis_seed(seed)
     @settings(
@@ -212,18 +386,18 @@ def search_property(
     )
     @given(spec=strategy)
     def search(spec: Any) -> None:
+        key = repr(spec)
+        if skipped(key):
+            return
+        seen.add(key)
         tally["examples"] += 1
         listener.case_started(verdict.property, repr(spec))
         case_started = time.perf_counter()
         try:
             result = check_property(prop, spec, kernel, directory=failures_dir)
         except PropertyViolation as exc:
-            first_failure.append(round(time.perf_counter() - started, 3))
-            if exc.result is not None:
-                seconds = time.perf_counter() - case_started
-                listener.case_finished(
-                    record_of(kernel, spec, exc.result, seconds, exc.failure_file)
-                )
+            now = time.perf_counter()
+            failing.append((spec, exc, round(now - started, 3), now - case_started, now))
             raise
         tally["not_applicable"] += int(result.status == "not_applicable")
         listener.case_finished(record_of(kernel, spec, result, time.perf_counter() - case_started))
@@ -249,12 +423,21 @@ def search_property(
     )
     if failure is None:
         return verdict
+    final = next((f for f in reversed(failing) if f[1] is failure), None)
+    if final is not None and failure.result is not None:
+        spec, _, _, seconds, _ = final
+        if diagnose:
+            failure = _diagnosed(prop, spec, kernel, failure, failures_dir)
+        listener.case_finished(
+            record_of(kernel, spec, failure.result, seconds, failure.failure_file)
+        )
     return replace(
         verdict,
         status="failed",
         message=f"{failure}{note}",
         failure_file=failure.failure_file,
-        first_failure_seconds=verdict.first_failure_seconds or first_failure[0],
+        first_failure_seconds=verdict.first_failure_seconds
+        or (failing[0][2] if failing else round(time.perf_counter() - started, 3)),
     )
 
 

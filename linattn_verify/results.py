@@ -284,6 +284,9 @@ class PropertyResult:
         reason: Why the property did not apply, or what failed that no comparison carries (the
             kernel raised, returned a wrong shape, broke the calling convention), else `None`.
         notes: Context for a reader: the bound's recipe, what was left out and why.
+        diagnosis: For a failure against a bound, the smallest change to the kernel's declared
+            precision recipe under which it would pass, or why none explains it
+            (`linattn_verify.diagnosis.diagnose`), else `None`. Default: `None`.
     """
 
     property: str
@@ -293,6 +296,7 @@ class PropertyResult:
     comparisons: tuple[Comparison, ...] = ()
     reason: str | None = None
     notes: tuple[str, ...] = ()
+    diagnosis: str | None = None
 
     @builtins.property
     def ok(self) -> bool:
@@ -305,14 +309,15 @@ class PropertyResult:
         return worst_of(self.comparisons)
 
     def message(self) -> str:
-        """The failure message (every failed comparison, the reason, the notes), or a summary."""
+        """The failure message (failed comparisons, reason, notes, diagnosis), or a summary."""
         from linattn_verify.compare.message import mismatch_message, summary_line
 
         if self.status == "failed":
             parts = [mismatch_message(c) for c in self.comparisons if not c.ok]
             if self.reason:
                 parts.append(self.reason)
-            return "\n".join([*parts, *self.notes])
+            diagnosis = [] if self.diagnosis is None else [f"Diagnosis: {self.diagnosis}"]
+            return "\n".join([*parts, *self.notes, *diagnosis])
         if self.status != "held":
             return self.reason or ""
         worst = self.worst
@@ -336,11 +341,12 @@ class PropertyResult:
             "comparisons": [c.to_json() for c in self.comparisons],
             "reason": self.reason,
             "notes": list(self.notes),
+            "diagnosis": self.diagnosis,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PropertyResult:
-        """Read `to_json`'s output back."""
+        """Read `to_json`'s output back (``diagnosis`` may be absent: older documents)."""
         return cls(
             property=str(data["property"]),
             kernel=str(data["kernel"]),
@@ -349,6 +355,7 @@ class PropertyResult:
             comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons", ())),
             reason=data.get("reason"),
             notes=tuple(data.get("notes", ())),
+            diagnosis=data.get("diagnosis"),
         )
 
 
@@ -377,6 +384,7 @@ class CaseRecord:
         seconds: Time spent on the case.
         failure_file: The saved failing case (``linattn-verify replay``), else `None`.
         error: `True` when the harness itself failed on the case (``reason`` says how).
+        diagnosis: The result's diagnosis (`PropertyResult.diagnosis`).
     """
 
     kernel: str
@@ -394,6 +402,7 @@ class CaseRecord:
     seconds: float = 0.0
     failure_file: str | None = None
     error: bool = False
+    diagnosis: str | None = None
 
     @classmethod
     def of(
@@ -423,6 +432,7 @@ class CaseRecord:
             notes=result.notes,
             seconds=round(seconds, 3),
             failure_file=failure_file,
+            diagnosis=result.diagnosis,
         )
 
     @builtins.property
@@ -441,6 +451,7 @@ class CaseRecord:
             comparisons=self.comparisons,
             reason=self.reason,
             notes=self.notes,
+            diagnosis=self.diagnosis,
         )
 
     @builtins.property

@@ -102,6 +102,21 @@ def check_property(
         _steer(result)
     if result.ok:
         return result
+    raise violation(result, spec, kernel, directory=directory)
+
+
+def violation(
+    result: PropertyResult,
+    spec: ProblemSpec,
+    kernel: Kernel | Sequence[Kernel],
+    *,
+    directory: str | os.PathLike[str] | None = None,
+) -> PropertyViolation:
+    """Save the failed ``result`` on ``spec`` and return the `PropertyViolation` that reports it.
+
+    The message is the report, then ``Repro:`` and, last, ``Replay: linattn-verify replay
+    <path>``; saving again for the same property and kernel overwrites the file.
+    """
     path = save_failure(
         result,
         spec,
@@ -109,7 +124,7 @@ def check_property(
         failures_directory() if directory is None else directory,
         kernel_source=None if isinstance(kernel, Sequence) else kernel.source,
     )
-    raise PropertyViolation(
+    return PropertyViolation(
         f"{result.report()}\nRepro: {spec.repro()}\nReplay: linattn-verify replay {path}",
         result=result,
         failure_file=str(path),
@@ -293,4 +308,5 @@ __all__ = [
     "run_group_in_worker",
     "select_kernels",
     "verify_case",
+    "violation",
 ]

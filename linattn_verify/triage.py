@@ -5,12 +5,16 @@ A bound failure whose worst element lives far outside the values a model's activ
 and gradients take (below `EXTREME_LOW` in magnitude, or within `EXTREME_HIGH_FACTOR` of the
 dtype's largest finite value) is an ``extreme-range`` finding: real, but of another urgency than
 a failure at realistic magnitudes, and often a weakness of flush-to-zero or subnormal handling
-rather than of the algorithm. Both are failures; the severity only sorts them.
+rather than of the algorithm. So is any bound failure on a case whose inputs were drawn at such
+magnitudes (`linattn_verify.strategies.EXTREME_FAMILIES`: ``near_max`` inputs give gradients near
+1e-19 that look ordinary). Both are failures; the severity only sorts them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
@@ -47,8 +51,29 @@ def severity(comparison: Comparison, dtype: torch.dtype) -> Severity:
     return "realistic"
 
 
+def with_input_severity(comparisons: Sequence[Comparison], values: str) -> tuple[Comparison, ...]:
+    """Mark the failed bound comparisons of a case with ``values`` drawn at extreme magnitudes.
+
+    Args:
+        comparisons: A property's comparisons.
+        values: The case's value family (`ProblemSpec.values`).
+
+    Returns:
+        The comparisons, with ``severity="extreme-range"`` on each failed oracle or pairwise
+        comparison when ``values`` is one of `EXTREME_FAMILIES` (unchanged otherwise).
+    """
+    from linattn_verify.strategies import EXTREME_FAMILIES
+
+    if values not in EXTREME_FAMILIES:
+        return tuple(comparisons)
+    return tuple(
+        replace(c, severity="extreme-range") if not c.ok and c.kind != "bitwise" else c
+        for c in comparisons
+    )
+
+
 def _finite_or(value: float, default: float) -> float:
     return value if math.isfinite(value) else default
 
 
-__all__ = ["EXTREME_HIGH_FACTOR", "EXTREME_LOW", "Severity", "severity"]
+__all__ = ["EXTREME_HIGH_FACTOR", "EXTREME_LOW", "Severity", "severity", "with_input_severity"]

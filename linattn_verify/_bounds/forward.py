@@ -131,13 +131,18 @@ def forward_sequence(
         + (U_S[:, :1] * wE[:, :1] + WEa[:, :1]) * z0a
     )
     underflow_S = u.underflow * (L + 1) * count_S.max()
+    # A decayed key w_Tj k_jm cast to the intermediate dtype before its product with v_j (FLA's
+    # chunk_h does this) loses up to ℓ where it is tiny, as P's terms do in the output.
+    live = (wE[:, 1:] > 0).to(S_T.dtype)  # [H, L]
+    lost_S = lost * (live[..., None] * va).sum(1)[:, None, :]  # [H, 1, V]
+    lost_z = lost * live.sum(1, keepdim=True)  # [H, 1]
     out.update(
         S_T=S_T,
         M_S=M_S,
-        B_S=B_S + underflow_S,
+        B_S=B_S + underflow_S + lost_S,
         z_T=z_T,
         M_z=M_z,
-        B_z=B_z + underflow_S,
+        B_z=B_z + underflow_S + lost_z,
         count_S=count_S.max().expand(1),
     )
     B_Z_rows = out["B_Z"] if p.normalize else torch.zeros_like(Z_rows)

@@ -131,7 +131,11 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument("--seed", type=int, default=0, help="seed of the search. Default: 0")
     run.add_argument(
-        "--max-seq-len", type=positive, default=32, help="longest T drawn. Default: %(default)r"
+        "--max-seq-len",
+        type=positive,
+        default=None,
+        help="longest T of any case: the search draws T up to 32 and the size reach checks T "
+        "around chunk multiples and 256..4096 as far as the budget allows. Default: no cap",
     )
     run.add_argument(
         "--report", type=Path, default=None, help="directory for the results and saved failures"
@@ -218,9 +222,11 @@ def command(args: argparse.Namespace) -> int:
     first = report.first_failure_seconds
     when = "" if first is None else f"; first failure at {first:.1f} s"
     grouped = f" ({findings} finding{'s' if findings != 1 else ''})" if count["failed"] else ""
+    totals = document["totals"]
     print(
         f"\n{count['held']} held, {count['failed']} failed{grouped}, {count['not_applicable']} "
-        f"not applicable, {count['not_run']} not run ({report.seconds:.1f} s{when}; report in "
+        f"not applicable, {count['not_run']} not run; largest T {totals['largest_T']}, largest "
+        f"head dim {totals['largest_head_dim']} ({report.seconds:.1f} s{when}; report in "
         f"{report_dir})",
         file=out,
     )

@@ -91,8 +91,8 @@ def mismatch_message(c: Comparison) -> str:
 
 SEVERITY_WORDS = {
     "realistic": "the worst element lies at magnitudes models produce",
-    "extreme-range": "the worst element lies below 1e-20 or within 16x of the dtype's largest "
-    "value, outside what models produce",
+    "extreme-range": "the worst element, or the case's inputs, lie below 1e-20 or within 16x "
+    "of the dtype's largest value, outside what models produce",
 }
 
 

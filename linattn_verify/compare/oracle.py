@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 
 from linattn_verify.compare._elementwise import argmax_index, safe_ratio, shape_problem, worst_at
+from linattn_verify.compare.ulps import ulp_stats
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.results import (
@@ -46,6 +48,7 @@ from linattn_verify.tolerance import (
     backward_bounds,
     forward_bounds,
 )
+from linattn_verify.triage import severity
 from linattn_verify.typing import ZeroDenominator
 
 REFERENCE = "oracle"
@@ -107,14 +110,22 @@ def compare(
     *,
     subject: str = "kernel",
     threshold: float = FAIL_THRESHOLD,
+    exact_reference: bool = True,
 ) -> Comparison:
     """Judge ``actual`` against a `TensorBound` (see the module docstring for the rule).
+
+    For a 16-bit ``actual`` the scores include its ulp statistics against the reference
+    (`linattn_verify.compare.ulps`) on the elements judged against an exact value; a failed
+    comparison carries its severity (`linattn_verify.triage.severity`).
 
     Args:
         actual: The kernel's tensor, any floating dtype, the shape of ``expected.reference``.
         expected: Reference, bound and magnitude from `linattn_verify.tolerance`.
         subject: Who computed ``actual``, for messages. Default: `"kernel"`.
         threshold: The largest admissible r and η. Default: `2.0`.
+        exact_reference: ``expected.reference`` is the exact value (the oracle's), so ulps
+            against it mean something; `False` for a reference that is only a nearest
+            admissible point (an interval's end), which gets no ulp statistics. Default: `True`.
 
     Returns:
         The `Comparison` (reference ``"oracle"``).
@@ -123,7 +134,9 @@ def compare(
     numel = ref.numel()
     wrong = shape_problem(actual, ref)
     if wrong is not None:
-        return Comparison(expected.name, subject, REFERENCE, "failed", math.inf, reason=wrong)
+        unfit = Comparison(expected.name, subject, REFERENCE, "failed", math.inf, reason=wrong)
+        dtype = actual.dtype if isinstance(actual, torch.Tensor) else ref.dtype
+        return replace(unfit, severity=severity(unfit, dtype))
     assert isinstance(actual, torch.Tensor)
     if numel == 0:
         return Comparison(expected.name, subject, REFERENCE, "held", 0.0)
@@ -161,6 +174,10 @@ def compare(
     deciding = float(score[index])
     checked = r[verifiable]
     eps_influence = expected.eps_influence
+    # Ulps are measured against the exact value, so only where the oracle holds it: not where
+    # the value is undefined (the oracle holds a convention there) nor where it is unverifiable.
+    exact = verifiable & ~undefined
+    ulps = ulp_stats(actual.detach().to(ref.device)[exact], ref[exact]) if exact_reference else None
     scores = Scores(
         r=float(r.max()),
         p999_r=float(torch.quantile(checked.float().clamp(max=1e30), 0.999))
@@ -173,6 +190,9 @@ def compare(
         eps_influence=None
         if eps_influence is None or not eps_influence.numel()
         else float(eps_influence.max()),
+        correctly_rounded=None if ulps is None else ulps.correctly_rounded,
+        faithfully_rounded=None if ulps is None else ulps.faithfully_rounded,
+        max_ulps=None if ulps is None else ulps.max_ulps,
     )
     counts = Counts(
         numel=numel,
@@ -181,7 +201,7 @@ def compare(
         undefined=int(undefined.sum()),
         unverifiable=int((~expected.verifiable).sum()),
     )
-    return Comparison(
+    comparison = Comparison(
         tensor=expected.name,
         subject=subject,
         reference=REFERENCE,
@@ -191,6 +211,9 @@ def compare(
         worst=worst_at(index, x, shown, expected.bound),
         counts=counts,
     )
+    if comparison.ok:
+        return comparison
+    return replace(comparison, severity=severity(comparison, actual.dtype))
 
 
 def compare_within(

@@ -17,13 +17,14 @@ finite in one run and not in the other fails wherever the exact value is represe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from linattn_verify.compare._elementwise import argmax_index, safe_ratio, shape_problem, worst_at
 from linattn_verify.results import FAIL_THRESHOLD, Comparison, Counts, Scores
 from linattn_verify.tolerance import TensorBound
+from linattn_verify.triage import severity
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,9 @@ def compare_pair(tensor: str, a: Side, b: Side, exact: torch.Tensor) -> Comparis
     reference = f"pair:{b.label}"
     wrong = shape_problem(a.value, exact) or shape_problem(b.value, exact)
     if wrong is not None:
-        return Comparison(tensor, a.label, reference, "failed", math.inf, reason=wrong)
+        unfit = Comparison(tensor, a.label, reference, "failed", math.inf, reason=wrong)
+        dtype = a.value.dtype if isinstance(a.value, torch.Tensor) else exact.dtype
+        return replace(unfit, severity=severity(unfit, dtype))
     x = a.value.detach().to(torch.float64)
     y = b.value.detach().to(device=x.device, dtype=torch.float64)
     numel = x.numel()
@@ -86,7 +89,7 @@ def compare_pair(tensor: str, a: Side, b: Side, exact: torch.Tensor) -> Comparis
     ratio = torch.where(nonfinite, torch.inf, ratio)
     index = argmax_index(ratio)
     deciding = float(ratio[index])
-    return Comparison(
+    comparison = Comparison(
         tensor=tensor,
         subject=a.label,
         reference=reference,
@@ -102,6 +105,10 @@ def compare_pair(tensor: str, a: Side, b: Side, exact: torch.Tensor) -> Comparis
             unverifiable=int((~judged & ~undefined).sum()),
         ),
     )
+    if comparison.ok:
+        return comparison
+    # Ulps against another run are not a distance to the exact value, so only the severity.
+    return replace(comparison, severity=severity(comparison, a.value.dtype))
 
 
 __all__ = ["Side", "compare_pair"]

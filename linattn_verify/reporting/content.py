@@ -45,15 +45,20 @@ class Table:
 
 
 def headline(document: Mapping[str, Any]) -> str:
-    """Return one line: verdict, command, case counts, duration, start time."""
+    """Return one line: verdict, command, case counts, largest sizes, duration, start time."""
     totals = document["totals"]
     verdict = "PASSED" if totals["ok"] else "FAILED"
     undecided = f", {totals['undecided']} undecided" if totals["undecided"] else ""
+    largest = (
+        f" · largest T {totals['largest_T']}, head dim {totals['largest_head_dim']}"
+        if totals.get("largest_T")
+        else ""
+    )
     return (
         f"{verdict} · linattn-verify {document['command']} · {totals['cases']} cases: "
         f"{totals['passed']} passed, {totals['failed']} failed, "
-        f"{totals['not_applicable']} not applicable{undecided}, {totals['errors']} errors · "
-        f"{document['seconds']:.1f} s · started {document['started']}"
+        f"{totals['not_applicable']} not applicable{undecided}, {totals['errors']} errors"
+        f"{largest} · {document['seconds']:.1f} s · started {document['started']}"
     )
 
 

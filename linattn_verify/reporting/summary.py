@@ -309,7 +309,8 @@ def totals(cases: Sequence[CaseRecord], verdicts: Iterable[PropertyVerdict] = ()
 
     ``failed``: a property was violated; ``errors``: the harness failed on the case;
     ``not_applicable``: the property did not apply; ``undecided``: undefined, out of contract,
-    ill-conditioned or not run; ``passed``: held.
+    ill-conditioned or not run; ``passed``: held; ``largest_T`` and ``largest_head_dim``: the
+    largest sizes of the cases judged (what a check's size reach got to).
     """
     errors = sum(1 for r in cases if r.error)
     failed = sum(1 for r in cases if is_failure(r) and not r.error)
@@ -317,6 +318,7 @@ def totals(cases: Sequence[CaseRecord], verdicts: Iterable[PropertyVerdict] = ()
     undecided = sum(1 for r in cases if r.status in UNDECIDED and not r.error)
     passed = sum(1 for r in cases if r.status == "held" and not r.error)
     verdict_failed = any(v.status == "failed" for v in verdicts)
+    judged = [r for r in cases if r.status != "not_applicable" and not r.error]
     return {
         "cases": len(cases),
         "passed": passed,
@@ -325,6 +327,8 @@ def totals(cases: Sequence[CaseRecord], verdicts: Iterable[PropertyVerdict] = ()
         "undecided": undecided,
         "errors": errors,
         "ok": failed == 0 and errors == 0 and not verdict_failed,
+        "largest_T": max((r.T for r in judged), default=0),
+        "largest_head_dim": max((max(r.K, r.V) for r in judged), default=0),
     }
 
 

@@ -25,7 +25,9 @@ from linattn_verify.strategies._shapes import (
 from linattn_verify.strategies._tensors import (
     DECAY_FAMILIES,
     DTYPES,
+    EXTREME_FAMILIES,
     LAYOUTS,
+    REALISTIC_FAMILIES,
     VALUE_FAMILIES,
     decay_families,
     float_dtypes,
@@ -38,7 +40,9 @@ from linattn_verify.strategies._tensors import (
 __all__ = [
     "DECAY_FAMILIES",
     "DTYPES",
+    "EXTREME_FAMILIES",
     "LAYOUTS",
+    "REALISTIC_FAMILIES",
     "VALUE_FAMILIES",
     "ProblemSpec",
     "batch_sizes",

@@ -36,6 +36,14 @@ that elu1 features underflow; ``large`` uses magnitudes around 1e3; ``tiny`` aro
 ``positive`` makes q, k >= 0 (features without cancellation when no feature map is applied);
 ``near_max`` puts |q|, |k| near sqrt(max / (T·K·V)) of the dtype (see `near_max_magnitude`)."""
 
+EXTREME_FAMILIES = ("tiny", "underflowing_features", "near_max")
+"""Value families at magnitudes models do not produce (around 1e-20, features underflowing to
+subnormals, products near the dtype's largest value): a failure on them is an ``extreme-range``
+finding (`linattn_verify.triage`)."""
+
+REALISTIC_FAMILIES = tuple(f for f in VALUE_FAMILIES if f not in EXTREME_FAMILIES)
+"""The other value families: what `check` searches first."""
+
 DECAY_FAMILIES = ("none", "zero", "mild", "steep", "overflowing")
 """Families of log-decays g: no decay, g = 0 exactly, g in (-0.1, 0], steep g down to -20, and
 g chosen so that |G| exceeds 88 inside a block of 16 tokens."""

@@ -36,6 +36,7 @@ from linattn_verify.tolerance import (
     depends_on_rows,
     forward_bounds,
 )
+from linattn_verify.triage import with_input_severity
 from linattn_verify.typing import dtype_name
 
 FinalState = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None
@@ -122,6 +123,9 @@ def judged(
 ) -> PropertyResult:
     """The result of a property that compared: failed if a comparison failed or a finding was made.
 
+    A failed bound comparison on a case drawn at extreme magnitudes is ``extreme-range``
+    (`linattn_verify.triage.with_input_severity`).
+
     Args:
         prop: The property's name.
         kernel: The kernel (or kernels) under test.
@@ -136,7 +140,7 @@ def judged(
         kernel=kernel_label(kernel),
         case=spec.describe(),
         status=judged_status(comparisons, findings),
-        comparisons=tuple(comparisons),
+        comparisons=with_input_severity(comparisons, spec.values),
         reason="\n".join(findings) or None,
         notes=tuple(notes),
     )

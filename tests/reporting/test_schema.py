@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,10 @@ def test_the_v2_schema_names_the_result_models_statuses() -> None:
     assert tuple(defs["case"]["properties"]["status"]["enum"]) == STATUSES
     verdict_statuses = set(defs["verdict"]["properties"]["status"]["enum"])
     assert verdict_statuses == {"held", "failed", "not_applicable", "not_run"}
-    # Every field the model writes is in the schema, which allows no other.
-    assert set(defs["case"]["required"]) == set(CaseRecord.__dataclass_fields__)
+    # Every field the model writes is in the schema, which allows no other; every field is
+    # required but the diagnosis, which documents written before diagnoses lack.
+    assert set(defs["case"]["properties"]) == set(CaseRecord.__dataclass_fields__)
+    assert set(defs["case"]["required"]) == set(CaseRecord.__dataclass_fields__) - {"diagnosis"}
     assert set(defs["verdict"]["required"]) == set(PropertyVerdict.__dataclass_fields__)
 
 
@@ -105,6 +108,8 @@ def test_round_trip_write_load_validate(
         "undecided": 0,
         "errors": 0,
         "ok": True,
+        "largest_T": max(r.T for r in passing_records),
+        "largest_head_dim": max(max(r.K, r.V) for r in passing_records),
     }
 
 
@@ -187,6 +192,25 @@ def test_a_case_missing_a_field_or_carrying_an_unknown_one_is_rejected(
     extra["cases"][1]["ok"] = True  # a version 1 field
     with pytest.raises(InvalidArgument, match="at cases/1: Additional properties"):
         validate(extra)
+
+
+def test_a_case_may_carry_a_diagnosis_and_older_cases_lack_one(
+    write_run: Any, passing_records: list[CaseRecord]
+) -> None:
+    diagnosed = replace(passing_records[1], diagnosis="consistent with 3 roundings to float16")
+    document = load_run(write_run("run", [passing_records[0], diagnosed], render=False))
+    validate(document)
+    assert document["cases"][1]["diagnosis"] == diagnosed.diagnosis
+    assert cases_of(document)[1] == diagnosed
+    older = copy.deepcopy(document)
+    for case in older["cases"]:
+        del case["diagnosis"]
+    validate(older)
+    assert cases_of(older)[1].diagnosis is None
+    wrong = copy.deepcopy(document)
+    wrong["cases"][1]["diagnosis"] = ["not", "a", "string"]
+    with pytest.raises(InvalidArgument, match="at cases/1/diagnosis:"):
+        validate(wrong)
 
 
 def test_a_missing_field_and_a_foreign_version_are_rejected(

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
+from jsonschema import Draft202012Validator
 
 from linattn_verify.compare import (
     Side,
@@ -15,11 +17,14 @@ from linattn_verify.compare import (
     compare,
     compare_bitwise,
     compare_pair,
+    compare_within,
     mismatch_message,
 )
+from linattn_verify.compare.ulps import ulp_stats
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.reporting import run_schema
 from linattn_verify.results import Comparison
 from linattn_verify.semantics import Problem, validate_problem
 from linattn_verify.tolerance import TensorBound, backward_bounds, depends_on_rows, forward_bounds
@@ -391,3 +396,116 @@ def test_check_against_oracle_notes_the_declared_convention() -> None:
     result = check_against_oracle(p, o, recipe=RECIPE, zero_denominator="ieee")
     assert result.ok, result.report()
     assert any("declared zero_denominator='ieee'" in n for n in result.notes)
+
+
+# Ulp statistics and severity (linattn_verify.compare.ulps, linattn_verify.triage).
+
+
+def _fp16_o_bound() -> TensorBound:
+    p = _problem(normalize=False).to(torch.float16)
+    return forward_bounds(p, RECIPE).tensors["o"]
+
+
+def test_a_16_bit_comparison_carries_the_ulp_statistics_of_its_exact_elements() -> None:
+    tb = _fp16_o_bound()
+    assert bool(tb.verifiable.all())
+    actual = tb.reference.to(torch.float16)
+    # Two elements rounded the other way: still faithful, no longer correct; one two ulps off.
+    for index in ((0, 1, 0, 0), (0, 6, 1, 2)):
+        toward = tb.reference[index].to(torch.float16)
+        if float(toward) == float(tb.reference[index]):
+            continue
+        other = torch.tensor(math.inf if toward < tb.reference[index] else -math.inf)
+        actual[index] = torch.nextafter(toward, other.to(torch.float16))
+    actual[0, 9, 0, 1] = torch.nextafter(
+        torch.nextafter(actual[0, 9, 0, 1], torch.tensor(math.inf, dtype=torch.float16)),
+        torch.tensor(math.inf, dtype=torch.float16),
+    )
+    c = compare(actual, tb)
+    stats = ulp_stats(actual, tb.reference)
+    assert stats is not None
+    assert stats.correctly_rounded < stats.faithfully_rounded < 1.0
+    assert stats.max_ulps > 1.0
+    assert c.scores.correctly_rounded == stats.correctly_rounded
+    assert c.scores.faithfully_rounded == stats.faithfully_rounded
+    assert c.scores.max_ulps == stats.max_ulps
+
+
+def test_ulp_statistics_leave_out_undefined_elements_and_wider_dtypes() -> None:
+    tb = _o_bound("zero")
+    # Rows 0 and 1 are undefined: the oracle holds the convention's 0 there, not an exact value,
+    # so the kernel's 0s there are no correctly rounded results. Row 2 is one ulp off.
+    actual = _with_rows(0.0, 0.0).to(torch.float16)
+    up = torch.tensor(math.inf, dtype=torch.float16)
+    actual[0, 2, 0, 0] = torch.nextafter(actual[0, 2, 0, 0], up)
+    c = compare(actual, tb)
+    assert c.counts.undefined == 2
+    stats = ulp_stats(actual[0, 2:], tb.reference[0, 2:])
+    assert stats is not None
+    assert stats.judged == 1
+    assert c.scores.correctly_rounded == stats.correctly_rounded == 0.0
+    assert c.scores.max_ulps == stats.max_ulps
+    assert compare(actual.float(), tb).scores.max_ulps is None
+    # A reference that is only a nearest admissible point gets no ulps.
+    assert compare(actual, tb, exact_reference=False).scores.max_ulps is None
+
+
+def test_a_failure_at_realistic_magnitudes_is_realistic() -> None:
+    tb = _fp16_o_bound()
+    actual = tb.reference.to(torch.float16)
+    actual[0, 4, 1, 1] += 0.25
+    c = compare(actual, tb)
+    assert not c.ok
+    assert c.worst is not None
+    assert c.worst.index == (0, 4, 1, 1)
+    assert c.severity == "realistic"
+    assert "Severity: realistic" in mismatch_message(c)
+    assert c.scores.max_ulps is not None
+    assert c.scores.max_ulps > 1
+
+
+def test_a_failure_whose_worst_element_is_tiny_is_extreme_range() -> None:
+    exact = torch.tensor([1.0, 1e-30, -2.0], dtype=torch.float64)
+    bound = exact.abs() * 1e-7
+    actual = torch.tensor([1.0, 1.5e-30, -2.0], dtype=torch.float32)
+    c = compare_within("S", actual, exact, bound, magnitude=exact.abs(), unit=2.0**-24)
+    assert not c.ok
+    assert c.worst is not None
+    assert c.worst.index == (1,)
+    assert c.severity == "extreme-range"
+    assert c.scores.max_ulps is None  # fp32: no ulps reported
+    held = compare_within("S", exact.float(), exact, bound, magnitude=exact.abs(), unit=2.0**-24)
+    assert held.ok
+    assert held.severity is None
+
+
+def test_pairwise_failures_carry_a_severity_but_no_ulps_and_bitwise_ones_neither() -> None:
+    tb = _fp16_o_bound()
+    a = tb.reference.to(torch.float16)
+    b = a.clone()
+    same = compare_pair("o", Side.of("a", a, tb), Side.of("b", b, tb), tb.reference)
+    assert same.ok
+    assert same.severity is None
+    b[0, 2, 0, 0] += 0.5
+    c = compare_pair("o", Side.of("a", a, tb), Side.of("b", b, tb), tb.reference)
+    assert not c.ok
+    assert c.severity == "realistic"
+    assert c.scores.max_ulps is None
+    assert c.scores.correctly_rounded is None
+    bits = compare_bitwise("o", b, a)
+    assert not bits.ok
+    assert bits.severity is None
+
+
+def test_ulps_and_severity_survive_json() -> None:
+    tb = _fp16_o_bound()
+    actual = tb.reference.to(torch.float16)
+    actual[0, 4, 1, 1] += 0.25
+    c = compare(actual, tb)
+    assert c.severity is not None
+    assert c.scores.max_ulps is not None
+    data = json.loads(json.dumps(c.to_json()))
+    assert Comparison.from_json(data) == c
+    schema = run_schema()
+    comparison_schema = {"$ref": "#/$defs/comparison", "$defs": schema["$defs"]}
+    Draft202012Validator(comparison_schema).validate(data)

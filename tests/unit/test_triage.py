@@ -4,12 +4,19 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from linattn_verify.results import Comparison, Worst
-from linattn_verify.triage import EXTREME_HIGH_FACTOR, EXTREME_LOW, severity
+from linattn_verify.strategies import EXTREME_FAMILIES
+from linattn_verify.triage import (
+    EXTREME_HIGH_FACTOR,
+    EXTREME_LOW,
+    severity,
+    with_input_severity,
+)
 
 
 def _failed_at(actual: float, expected: float) -> Comparison:
@@ -56,3 +63,15 @@ def test_the_edges_of_the_extreme_range() -> None:
 def test_a_comparison_without_a_worst_element_is_realistic() -> None:
     c = Comparison("o", "k", "oracle", "failed", math.inf, reason="expected shape (1,)")
     assert severity(c, torch.float32) == "realistic"
+
+
+def test_a_case_drawn_at_extreme_magnitudes_makes_its_bound_failures_extreme() -> None:
+    failed = replace(_failed_at(1.0, 1.1), severity="realistic")
+    held = Comparison("dq", "k", "oracle", "held", 0.5)
+    bitwise = Comparison("o", "k", "bitwise:rerun", "failed", 1.0)
+    marked = with_input_severity((failed, held, bitwise), "near_max")
+    assert [c.severity for c in marked] == ["extreme-range", None, None]
+    # Realistic families leave the severity of the worst element alone.
+    assert with_input_severity((failed,), "normal") == (failed,)
+    for family in EXTREME_FAMILIES:
+        assert with_input_severity((failed,), family)[0].severity == "extreme-range"

@@ -429,6 +429,30 @@ def partial_last_chunk_skipped(p: Problem) -> tuple[torch.Tensor, State]:
     return per_sequence(p, _truncated_to_chunks)
 
 
+LONG_PATH_SEGMENT = 512
+"""Tokens per launch of `long_sequence_segments_restart`'s long-sequence path."""
+
+
+def _segments_from_initial_state(x: Problem) -> tuple[torch.Tensor, State]:
+    """One sequence in launches of 512 tokens, each from h0 rather than from the carried state."""
+    L = x.q.shape[1]
+    if L <= LONG_PATH_SEGMENT:
+        return _chunk_form(x)
+    outputs, final = [], None
+    for start in range(0, L, LONG_PATH_SEGMENT):
+        end = min(start + LONG_PATH_SEGMENT, L)
+        segment = _sequence_problem(x, 0, start, end, x.initial_state, x.initial_key_sum)
+        o, final = _chunk_form(segment)
+        outputs.append(o)
+    return torch.cat(outputs, dim=1), final
+
+
+def long_sequence_segments_restart(p: Problem) -> tuple[torch.Tensor, State]:
+    """Tail and length: past T = 512 a separate path restarts each 512-token launch from h0."""
+    # Right for every T <= 512, so a search of short sequences never sees it.
+    return per_sequence(p, _segments_from_initial_state)
+
+
 parallel_short_unmasked = _parallel_with(
     "short_unmasked", "Tail and length: drops the causal mask on sequences of at most C tokens."
 )
@@ -455,6 +479,36 @@ def empty_segments_dropped(p: Problem) -> tuple[torch.Tensor, State]:
 def initial_state_ignored(p: Problem) -> tuple[torch.Tensor, State]:
     """State: starts every sequence from zero whatever ``initial_state`` says (fla #285)."""
     return reference("chunk", replace(p, initial_state=None, initial_key_sum=None))
+
+
+RACE_TILE = 64
+"""Tokens per program of `chunk_state_lost_in_race`: the race needs a second program."""
+
+_RACE_CALLS = itertools.count()
+
+
+def _first_tile_state_dropped(x: Problem) -> tuple[torch.Tensor, State]:
+    """One sequence whose second program starts from h0, not from the first program's state."""
+    L = x.q.shape[1]
+    head = _sequence_problem(x, 0, 0, RACE_TILE, x.initial_state, x.initial_key_sum)
+    tail = _sequence_problem(x, 0, RACE_TILE, L, x.initial_state, x.initial_key_sum)
+    o_head, _ = _chunk_form(head)
+    o_tail, final = _chunk_form(tail)
+    return torch.cat([o_head, o_tail], dim=1), final
+
+
+def chunk_state_lost_in_race(p: Problem) -> tuple[torch.Tensor, State]:
+    """State: on one call in four, past T = 64, a program reads the carried state too early."""
+    # A race between the program that writes a tile's final state and the one that reads it:
+    # it loses only when the work is split (T > 64) and only now and then (one call in four).
+    if next(_RACE_CALLS) % 4 != 3:
+        return per_sequence(p, _chunk_form)
+
+    def lossy(x: Problem) -> tuple[torch.Tensor, State]:
+        split = x.q.shape[1] > RACE_TILE
+        return _first_tile_state_dropped(x) if split else _chunk_form(x)
+
+    return per_sequence(p, lossy)
 
 
 def final_state_gradient_misstrided(p: Problem) -> tuple[torch.Tensor, State]:
@@ -485,6 +539,20 @@ def head_dim_rounded_down(p: Problem) -> tuple[torch.Tensor, State]:
         pad = torch.nn.functional.pad
         return o, (pad(state[0], (0, 0, 0, K - Kp)), pad(state[1], (0, K - Kp)))
     return o, None if state is None else torch.nn.functional.pad(state, (0, 0, 0, K - Kp))
+
+
+KEY_TILE = 64
+"""Key dims per tile of `key_tile_offset_not_advanced`'s K loop."""
+
+
+def key_tile_offset_not_advanced(p: Problem) -> tuple[torch.Tensor, State]:
+    """Shapes and layout: the K loop's second tile re-reads the first tile's q and k columns."""
+    # Right for K <= 64 (one tile), the head dims most tests use.
+    K = p.shape[3]
+    if K <= KEY_TILE:
+        return reference("chunk", p)
+    index = torch.arange(K) % KEY_TILE
+    return reference("chunk", replace(p, q=p.q[..., index], k=p.k[..., index]))
 
 
 def head_first_layout_assumed(p: Problem) -> tuple[torch.Tensor, State]:
@@ -600,6 +668,8 @@ class ZooEntry:
         bug_class: The row of docs/bug-classes.md.
         mirrors: The real bug it mirrors.
         extra: Properties from outside the catalogue (``test_zoo.EXTRA``) its search adds.
+        size_only: Wrong only at sizes beyond the zoo's small search (K > 64, T > 512, T > 64):
+            caught by ``check``'s size reach (`test_zoo_cli.py`), not by `test_zoo.py`.
     """
 
     broken: Kernel
@@ -607,15 +677,22 @@ class ZooEntry:
     bug_class: str
     mirrors: str
     extra: tuple[str, ...] = ()
+    size_only: bool = False
 
 
 def _entry(
-    impl: Impl, twin: Kernel, bug_class: str, mirrors: str, extra: tuple[str, ...] = ()
+    impl: Impl,
+    twin: Kernel,
+    bug_class: str,
+    mirrors: str,
+    extra: tuple[str, ...] = (),
+    *,
+    size_only: bool = False,
 ) -> ZooEntry:
     # The one kernel whose bug is about strides must see them.
     fn = convention_kernel(impl, contiguous=impl is not contiguity_assumed)
     broken = replace(twin, name=f"zoo/{impl.__name__}", fn=fn)
-    return ZooEntry(broken=broken, twin=twin, bug_class=bug_class, mirrors=mirrors, extra=extra)
+    return ZooEntry(broken, twin, bug_class, mirrors, extra, size_only)
 
 
 def _convention_entry(
@@ -638,11 +715,32 @@ ZOO: tuple[ZooEntry, ...] = (
     _entry(state_in_bfloat16, STEPWISE_TWIN, "precision", "fla #36"),
     _entry(partial_last_chunk_skipped, SEQUENCE_TWIN, "tail and length", "lightning-attn #27"),
     _entry(parallel_short_unmasked, PARALLEL_TWIN, "tail and length", "fla #88"),
+    _entry(
+        long_sequence_segments_restart,
+        SEQUENCE_TWIN,
+        "tail and length",
+        "a separate long-sequence path",
+        size_only=True,
+    ),
     _entry(state_kept_across_unaligned_boundary, SEQUENCE_TWIN, "varlen", "chunk straddling"),
     _entry(empty_segments_dropped, SEQUENCE_TWIN, "varlen", "empty segments"),
     _entry(initial_state_ignored, CHUNK_TWIN, "state", "fla #285, #494"),
     _entry(final_state_gradient_misstrided, CHUNK_TWIN, "state", "dht wrong when K != V"),
+    _entry(
+        chunk_state_lost_in_race,
+        SEQUENCE_TWIN,
+        "state",
+        "a race on the carried state",
+        size_only=True,
+    ),
     _entry(head_dim_rounded_down, CHUNK_TWIN, "shapes and layout", "lightning-attn #15"),
+    _entry(
+        key_tile_offset_not_advanced,
+        CHUNK_TWIN,
+        "shapes and layout",
+        "a K loop in 64-wide tiles",
+        size_only=True,
+    ),
     _entry(head_first_layout_assumed, CHUNK_TWIN, "shapes and layout", "fla #547"),
     _entry(contiguity_assumed, CHUNK_TWIN, "shapes and layout", "strided inputs"),
     _entry(dv_uses_default_scale, CHUNK_TWIN, "scale", "fla #47"),

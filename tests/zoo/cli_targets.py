@@ -25,6 +25,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 """Per zoo kernel (name without ``zoo/``), the semantics it is checked with."""
 
+SIZE_ONLY = frozenset(e.broken.name.removeprefix("zoo/") for e in ZOO if e.size_only)
+"""Zoo kernels wrong only at sizes the capped search never draws: checked without caps."""
+
 
 def flags(name: str) -> list[str]:
     """The ``check`` flags that declare what the zoo kernel ``name`` and its twin compute."""

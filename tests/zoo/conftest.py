@@ -2,7 +2,8 @@
 """The bug zoo's fixtures: the kernels of `bugs.py` as test parameters, and the zoo tables.
 
 `pytest_generate_tests` hands the zoo to the tests as the parameters ``zoo_entry`` (a broken
-kernel with its twin) and ``zoo_twin`` (each twin once, with its extra properties); the
+kernel with its twin), ``small_size_entry`` (those wrong at the sizes the zoo's search draws,
+not only beyond them) and ``zoo_twin`` (each twin once, with its extra properties); the
 ``zoo`` fixture is the whole table. The tests record what caught each broken kernel in
 ``zoo_log`` and ``zoo_cli_log``, printed at the end of the run.
 
@@ -32,6 +33,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "zoo_entry" in metafunc.fixturenames:
         ids = [e.broken.name.removeprefix("zoo/") for e in ZOO]
         metafunc.parametrize("zoo_entry", ZOO, ids=ids)
+    if "small_size_entry" in metafunc.fixturenames:
+        small = [e for e in ZOO if not e.size_only]
+        ids = [e.broken.name.removeprefix("zoo/") for e in small]
+        metafunc.parametrize("small_size_entry", small, ids=ids)
     if "zoo_twin" in metafunc.fixturenames:
         ids = [t.name.removeprefix("zoo-twin/") for t, _ in TWINS]
         metafunc.parametrize("zoo_twin", TWINS, ids=ids)

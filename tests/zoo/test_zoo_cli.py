@@ -4,7 +4,10 @@ and accepts the correct twins, as a user would run it on a file of their own.
 
 Broken kernels run with ``--fail-fast`` (the check ends at the first failing property, after
 shrinking) and the generous budget a user would give; twins must hold every property for a
-short budget. The table printed at the end gives each kernel's time to the first failure.
+short budget. Kernels wrong only at large sizes (``ZooEntry.size_only``: K > 64, T > 512, a race
+past T = 64) run without the size caps and with the default budget: the size reach must find
+them, and their twins must hold at every size the reach gets to. The table printed at the end
+gives each kernel's time to the first failure.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from linattn_verify.targets import import_file
 TARGETS = Path(__file__).with_name("cli_targets.py")
 BROKEN_BUDGET = 120.0
 TWIN_BUDGET = 10.0
+SIZE_TWIN_BUDGET = 20.0
 SEARCH = ["--max-seq-len", "24", "--max-head-dim", "8", "--seed", "0"]
 
 
@@ -36,11 +40,19 @@ TWINS = sorted(
     }.values()
 )
 
+# One twin of a size-only kernel per distinct twin kernel: checked at large sizes too.
+SIZE_TWINS = sorted(
+    {e.twin.name: e.broken.name.removeprefix("zoo/") for e in targets.ZOO if e.size_only}.values()
+)
 
-def _check(target: str, flags: list[str], budget: float, report: Path) -> tuple[int, Any]:
-    budgeted = ["--budget", str(budget), "--report", str(report)]
-    code = main(["check", f"{TARGETS}:{target}", *flags, *SEARCH, *budgeted])
-    return code, json.loads((report / "run.json").read_text())["verdicts"]
+
+def _check(
+    target: str, flags: list[str], budget: float | None, report: Path, *, capped: bool = True
+) -> tuple[int, Any]:
+    budgeted = ["--report", str(report), *([] if budget is None else ["--budget", str(budget)])]
+    search = SEARCH if capped else ["--seed", "0"]
+    code = main(["check", f"{TARGETS}:{target}", *flags, *search, *budgeted])
+    return code, json.loads((report / "run.json").read_text())
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -48,7 +60,10 @@ def test_check_rejects_broken_zoo_kernel(
     name: str, tmp_path: Path, zoo_cli_log: dict[str, float]
 ) -> None:
     flags = [*targets.flags(name), "--fail-fast"]
-    code, verdicts = _check(name, flags, BROKEN_BUDGET, tmp_path)
+    size_only = name in targets.SIZE_ONLY
+    budget = None if size_only else BROKEN_BUDGET  # None: the default budget
+    code, document = _check(name, flags, budget, tmp_path, capped=not size_only)
+    verdicts = document["verdicts"]
     failed = [v for v in verdicts if v["status"] == "failed"]
     assert code == EXIT_FAILED, f"zoo/{name} passed `check` {' '.join(flags)}"
     assert failed
@@ -59,9 +74,20 @@ def test_check_rejects_broken_zoo_kernel(
 
 @pytest.mark.parametrize("name", TWINS)
 def test_check_accepts_correct_twin(name: str, tmp_path: Path) -> None:
-    code, verdicts = _check(f"twin_{name}", targets.flags(name), TWIN_BUDGET, tmp_path)
-    failed = [v["message"] for v in verdicts if v["status"] == "failed"]
+    code, document = _check(f"twin_{name}", targets.flags(name), TWIN_BUDGET, tmp_path)
+    failed = [v["message"] for v in document["verdicts"] if v["status"] == "failed"]
     assert code == EXIT_OK, failed
+
+
+@pytest.mark.parametrize("name", SIZE_TWINS)
+def test_check_accepts_correct_twin_at_large_sizes(name: str, tmp_path: Path) -> None:
+    flags = targets.flags(name)
+    code, document = _check(f"twin_{name}", flags, SIZE_TWIN_BUDGET, tmp_path, capped=False)
+    failed = [v["message"] for v in document["verdicts"] if v["status"] == "failed"]
+    assert code == EXIT_OK, failed
+    # The reach got past the boundaries the size-only kernels break (K > 64 and T > 512).
+    assert document["totals"]["largest_T"] > 512
+    assert document["totals"]["largest_head_dim"] > 64
 
 
 def test_zoo_targets_cover_the_zoo() -> None:

@@ -1,0 +1,170 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The size reach (`linattn_verify.reach`) and how `check_kernel` shares its budget by time."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from linattn_properties._support import judged
+
+from linattn_verify.checking import SLICES, CheckListener, SearchSettings, check_kernel
+from linattn_verify.kernel import Kernel
+from linattn_verify.reach import (
+    MAX_SEQ_LEN,
+    RERUNS,
+    Item,
+    ReachRun,
+    Size,
+    boundary_sizes,
+    chunk_sizes,
+    reach_plan,
+    reach_spec,
+)
+from linattn_verify.registry import get_kernel
+from linattn_verify.results import PropertyResult
+
+
+def _chunked(C: int = 64, **capabilities: object) -> Kernel:
+    kernel = get_kernel("torch/chunk")
+    cap = replace(kernel.capabilities, chunk_sizes=(C,), **capabilities)
+    return replace(kernel, capabilities=cap)
+
+
+def test_sizes_straddle_every_boundary() -> None:
+    sizes = boundary_sizes(_chunked(64))
+    Ts = {s.T for s in sizes}
+    # Around the chunk (and past it: the work is split), and around every mark up to 4096.
+    assert {64, 65, 129} <= Ts
+    assert {256, 257, 512, 513, 1024, 1025, 2048, 2049, 4096} <= Ts
+    assert max(Ts) == MAX_SEQ_LEN
+    dims = {(s.K, s.V) for s in sizes}
+    for d in (16, 32, 64, 128, 256):
+        assert (d, d) in dims
+        if d < 256:
+            assert (d + 1, d) in dims
+            assert (d, d + 1) in dims
+    works = [s.work for s in sizes]
+    assert works == sorted(works), "cheapest first"
+
+
+def test_sizes_keep_to_the_caps() -> None:
+    kernel = _chunked(32, max_head_dim=100, min_head_dim=8)
+    sizes = boundary_sizes(kernel, max_seq_len=300)
+    assert max(s.T for s in sizes) == 257
+    assert all(min(s.K, s.V) >= 8 and max(s.K, s.V) <= 100 for s in sizes)
+    assert any(s.K == 100 for s in sizes), "the declared maximum is a boundary too"
+    assert {32, 33, 65} <= {s.T for s in sizes}
+
+
+def test_chunk_sizes_come_from_the_declaration() -> None:
+    assert chunk_sizes(_chunked(16)) == (16,)
+    # No declared chunk sizes: a chunked kernel's recipe, else the usual 64.
+    assert chunk_sizes(get_kernel("torch/recurrent")) == (64,)
+
+
+def test_plan_reruns_the_forward_only_where_the_work_is_split() -> None:
+    plan = reach_plan(_chunked(64), ("outputs_match_oracle", "gradients_match_oracle"))
+    reruns = [i for i in plan if i.rerun]
+    assert reruns
+    assert all(i.size.T > 64 and i.property == "outputs_match_oracle" for i in reruns)
+    for size in {i.size for i in reruns}:
+        assert sum(1 for i in plan if i.size == size and i.property == "outputs_match_oracle") == (
+            1 + RERUNS
+        )
+    assert not [i for i in plan if i.size.T <= 64 and i.rerun]
+    # Not at the head-dim sizes: their T is one past the chunk only to cross it once.
+    assert not [i for i in plan if i.rerun and i.size.why.startswith("head dims")]
+    # Properties the check does not run are not planned.
+    assert {i.property for i in reach_plan(_chunked(64), ("outputs_match_oracle",))} == {
+        "outputs_match_oracle"
+    }
+
+
+def test_reach_specs_are_supported_realistic_and_reproducible() -> None:
+    kernel = _chunked(64, even_head_dims=("float16", "bfloat16"))
+    assert kernel.capabilities.varlen
+    packed = [reach_spec(kernel, s, seed=3).segments for s in boundary_sizes(kernel)]
+    assert any(packed), "a varlen kernel gets packed cases"
+    assert not all(packed), "and dense ones"
+    for size in boundary_sizes(kernel, max_seq_len=600):
+        spec = reach_spec(kernel, size, seed=3)
+        assert spec == reach_spec(kernel, size, seed=3)
+        assert kernel.supports(kernel.prepare(spec.build())) is None, spec
+        assert (spec.K, spec.V) == (size.K, size.V)
+        longest = spec.T if spec.segments is None else max(spec.segments)
+        assert longest == size.T
+        assert spec.values in ("normal", "positive")
+        assert spec.decay in ("mild", "zero", "none")
+        if spec.segments is not None:
+            assert sum(spec.segments) == spec.T
+            assert all(n > 0 for n in spec.segments)
+            assert spec.segments[-1] == size.T, "the size's sequence starts at an offset"
+
+
+def test_reach_run_predicts_from_the_last_measured_item() -> None:
+    small, big = Size(64, 16, 16, "a"), Size(1024, 16, 16, "b")
+    items = (Item(small, "p"), Item(big, "p"), Item(big, "q"))
+    run = ReachRun(items, seconds=1.0)
+    assert run.predicted(items[0]) == 0.0, "an unmeasured property runs"
+    run.record(items[0], 0.01)
+    assert run.predicted(items[1]) == pytest.approx(0.01 * big.work / small.work)
+    # 0.01 s at T = 64 predicts ~2.6 s at T = 1024: over the 1 s left, so it is skipped, while
+    # the first item of another property still runs.
+    walked = list(run.walk(lambda: 0.0))
+    assert walked == [items[0], items[2]]
+    assert run.skipped == [items[1]]
+
+
+class _Recorder(CheckListener):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.cases: list[tuple[int, int, int]] = []
+
+    def progress(self, line: str) -> None:
+        self.lines.append(line)
+
+    def case_finished(self, record: object) -> None:
+        self.cases.append((record.T, record.K, record.V))  # type: ignore[attr-defined]
+
+
+def _slow(spec: object, kernel: Kernel) -> PropertyResult:
+    time.sleep(0.3)
+    return judged("slow", kernel, spec, ())  # type: ignore[arg-type]
+
+
+def _fast(spec: object, kernel: Kernel) -> PropertyResult:
+    return judged("fast", kernel, spec, ())  # type: ignore[arg-type]
+
+
+def test_budget_is_shared_by_time_not_examples(tmp_path: Path) -> None:
+    kernel = get_kernel("torch/recurrent")
+    budget = 4.0
+    search = SearchSettings(budget=budget, failures_dir=tmp_path, reach=False)
+    report = check_kernel(kernel, {"slow": _slow, "fast": _fast}, search)
+    slow, fast = report.verdicts
+    # Every search stops starting cases when its time slice is spent (each may finish the case
+    # it is running: 0.3 s past its slice, in each of at most SLICES rounds), and sizes its
+    # examples to the slice: the slow property gets its half of the time, not the whole budget,
+    # and the fast one many more examples.
+    assert slow.seconds < budget / 2 + 0.3 * SLICES
+    assert fast.examples > 10 * slow.examples
+    assert report.seconds < budget + 0.3 + 0.5
+
+
+def test_reach_reports_the_sizes_it_checked(tmp_path: Path) -> None:
+    # A property that costs nothing, under the reach's name: what the reach reaches then depends
+    # on the plan and the cap, not on the machine's load.
+    listener = _Recorder()
+    search = SearchSettings(budget=3.0, failures_dir=tmp_path, max_seq_len=300)
+    report = check_kernel(
+        get_kernel("torch/chunk"), {"outputs_match_oracle": _fast}, search, listener=listener
+    )
+    assert report.ok
+    (line,) = [x for x in listener.lines if x.strip().startswith("size reach:")]
+    assert max(T for T, _, _ in listener.cases) == 257, "the cap, not the drawn 32, bounds T"
+    # torch/chunk declares K, V <= 256: the reach goes to the declared maximum, not past it.
+    assert max(max(K, V) for _, K, V in listener.cases) == 256
+    assert "largest T 257, largest head dim 256" in line
