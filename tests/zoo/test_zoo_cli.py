@@ -24,7 +24,7 @@ from linattn_verify.targets import import_file
 TARGETS = Path(__file__).with_name("cli_targets.py")
 BROKEN_BUDGET = 120.0
 TWIN_BUDGET = 10.0
-SIZE_TWIN_BUDGET = 20.0
+SIZE_TWIN_BUDGET = 30.0
 SEARCH = ["--max-seq-len", "24", "--max-head-dim", "8", "--seed", "0"]
 
 
