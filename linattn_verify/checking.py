@@ -130,8 +130,9 @@ def check_kernel(
     produce is found before one at extreme magnitudes) and always runs, whatever the budget, so
     every property is tried. Then the size reach (`linattn_verify.reach`) checks the boundary
     sizes for up to `REACH_SHARE` of the budget, then the rounds go on with every value family.
-    A failure is shrunk to a minimal case, diagnosed (`linattn_verify.diagnosis`) and saved in
-    ``search.failures_dir``; with ``search.fail_fast`` the check stops there.
+    A failure is shrunk to a minimal case (for at most `SHRINK_SHARE` of the budget), diagnosed
+    (`linattn_verify.diagnosis`, within the same share) and saved in ``search.failures_dir``;
+    with ``search.fail_fast`` the check stops there.
 
     Args:
         kernel: The kernel under test.
@@ -188,6 +189,7 @@ def check_kernel(
                 end=None if round_ == 0 else end,
                 seen=seen[name],
                 shrink_seconds=SHRINK_SHARE * budget,
+                diagnosis_seconds=_diagnosis_seconds(budget),
             )
             _settle(verdicts, verdict, search_started, listener)
             if stopped():
@@ -271,7 +273,9 @@ def _reach(
         try:
             result = check_property(prop, spec, kernel, directory=search.failures_dir, steer=False)
         except PropertyViolation as exc:
-            exc = _diagnosed(prop, spec, kernel, exc, search.failures_dir)
+            exc = _diagnosed(
+                prop, spec, kernel, exc, search.failures_dir, _diagnosis_seconds(search.budget)
+            )
             seconds_ = time.perf_counter() - item_started
             listener.case_finished(record_of(kernel, spec, exc.result, seconds_, exc.failure_file))
             verdict = replace(
@@ -303,12 +307,20 @@ def _reach(
     )
 
 
+def _diagnosis_seconds(budget: float) -> float:
+    """A diagnosis's time in a check: the shrink's share of the budget, 5 s to its default."""
+    from linattn_verify.diagnosis import DIAGNOSIS_SECONDS
+
+    return min(DIAGNOSIS_SECONDS, max(5.0, SHRINK_SHARE * budget))
+
+
 def _diagnosed(
     prop: Callable[..., Any],
     spec: Any,
     kernel: Kernel,
     failure: PropertyViolation,
     failures_dir: Path,
+    seconds: float,
 ) -> PropertyViolation:
     """``failure`` with the recipe diagnosis of its result (saved again, the message rebuilt)."""
     from linattn_verify.diagnosis import diagnose
@@ -317,7 +329,7 @@ def _diagnosed(
     result = failure.result
     if result is None:
         return failure
-    text = diagnose(prop, spec, kernel, result)
+    text = diagnose(prop, spec, kernel, result, time_limit=seconds)
     if text is None:
         return failure
     return violation(replace(result, diagnosis=text), spec, kernel, directory=failures_dir)
@@ -336,7 +348,7 @@ def search_property(
     listener: CheckListener,
     deadline: float | None = None,
     end: float | None = None,
-    diagnose: bool = True,
+    diagnosis_seconds: float | None = None,
     seen: set[str] | None = None,
     shrink_seconds: float | None = None,
 ) -> PropertyVerdict:
@@ -350,7 +362,7 @@ def search_property(
     search starts from Hypothesis's simplest case, which a short search would otherwise spend
     its time on again. The minimal
     failing case is recorded (the cases tried while shrinking are not), with its recipe
-    diagnosis when ``diagnose``.
+    diagnosis (`linattn_verify.diagnosis`) within ``diagnosis_seconds`` when given.
     """
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -426,8 +438,8 @@ def search_property(
     final = next((f for f in reversed(failing) if f[1] is failure), None)
     if final is not None and failure.result is not None:
         spec, _, _, seconds, _ = final
-        if diagnose:
-            failure = _diagnosed(prop, spec, kernel, failure, failures_dir)
+        if diagnosis_seconds is not None:
+            failure = _diagnosed(prop, spec, kernel, failure, failures_dir, diagnosis_seconds)
         listener.case_finished(
             record_of(kernel, spec, failure.result, seconds, failure.failure_file)
         )

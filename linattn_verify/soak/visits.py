@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from linattn_verify.diagnosis import DIAGNOSIS_SECONDS
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.results import CaseRecord, PropertyVerdict
 
@@ -201,6 +202,7 @@ def visit(
             failures_dir=folder,
             started=started,
             listener=_listener(seen),
+            diagnosis_seconds=DIAGNOSIS_SECONDS,
         )
     except Exception as exc:  # the harness failed, not the kernel: record it, go on
         verdict = replace(fresh, examples=seen.cases)
