@@ -208,6 +208,9 @@ class Kernel:
                 f"odd head dims K={K}, V={V} in {dtype}",
             ),
         ]
+        # TODO(#13): a Capabilities field for vector gates; no kernel declares them yet.
+        if problem.vector_gate:
+            return f"{self.name}: vector gates (g [B, T, H, K]) not declared"
         for ok, reason in checks:
             if not ok:
                 return f"{self.name}: {reason}"

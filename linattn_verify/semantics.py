@@ -12,6 +12,11 @@ natural-log decay g_t <= 0 (a_t = exp(g_t); no decay means a_t = 1):
 Equivalently (the parallel form) o_t = s Σ_{j<=t} exp(G_t - G_j) (φ(q_t)·φ(k_j)) v_j
 + s exp(G_t) φ(q_t)^T S_0, with G_t = Σ_{s<=t} g_s.
 
+A vector gate (GLA style) g ``[B, T, H, K]`` decays each key dimension m on its own:
+S_t = diag(exp(g_t)) S_{t-1} + φ(k_t) v_t^T and z_t = exp(g_t) ⊙ z_{t-1} + φ(k_t), so that
+o_t = s Σ_{j<=t} Σ_m φ(q_t)_m φ(k_j)_m exp(G_tm - G_jm) v_j + s (exp(G_t) ⊙ φ(q_t))^T S_0. A
+scalar gate is the vector gate repeated over the K dimensions.
+
 Conventions fixed here, which every oracle and our kernels share:
 
 * eps is part of the function and is used exactly as given. A kernel that adds eps in float32
@@ -70,7 +75,8 @@ class Problem:
         q: Queries ``[B, T, H, K]`` (before the feature map).
         k: Keys ``[B, T, H, K]`` (before the feature map).
         v: Values ``[B, T, H, V]``.
-        g: Natural-log decay ``[B, T, H]``, every entry finite and <= 0, or `None` (no decay).
+        g: Natural-log decay ``[B, T, H]`` (scalar gate) or ``[B, T, H, K]`` (vector gate, one
+            per key dimension), every entry finite and <= 0, or `None` (no decay).
         scale: The resolved scale s (K^-1/2 when the caller passed `None`).
         normalize: Whether the output is divided by s φ(q_t)^T z_t + eps.
         eps: The denominator offset (0.0 when unnormalized).
@@ -104,6 +110,11 @@ class Problem:
         """``(B, T, H, K, V)``."""
         B, T, H, K = self.q.shape
         return B, T, H, K, self.v.shape[-1]
+
+    @property
+    def vector_gate(self) -> bool:
+        """Whether g is a vector gate ``[B, T, H, K]`` (one decay per key dimension)."""
+        return self.g is not None and self.g.ndim == 4
 
     @property
     def num_sequences(self) -> int:
@@ -153,7 +164,8 @@ class Problem:
         if self.normalize:
             parts.append(f"normalize eps={self.eps:.6g}")
         if self.g is not None:
-            parts.append(f"decay g in [{float(self.g.min()):.3g}, {float(self.g.max()):.3g}]")
+            gate = "vector decay g[B,T,H,K]" if self.vector_gate else "decay g"
+            parts.append(f"{gate} in [{float(self.g.min()):.3g}, {float(self.g.max()):.3g}]")
         if self.initial_state is not None:
             parts.append("initial_state")
         if self.output_final_state:
@@ -312,7 +324,8 @@ def validate_problem(
         q: Queries ``[B, T, H, K]``.
         k: Keys ``[B, T, H, K]``.
         v: Values ``[B, T, H, V]``.
-        g: Natural-log decay ``[B, T, H]``, finite and <= 0. Default: `None`.
+        g: Natural-log decay, finite and <= 0: ``[B, T, H]`` (one per token and head) or
+            ``[B, T, H, K]`` (a vector gate, one per key dimension). Default: `None`.
         scale: Scale applied to φ(q); `None` means K^-1/2. Default: `None`.
         normalize: Divide by s φ(q_t)^T z_t + eps. Default: `False`.
         eps: Denominator offset, >= 0; must be 0 when ``normalize`` is false. Default: `0.0`.
@@ -345,9 +358,13 @@ def validate_problem(
     if k.device != q.device or v.device != q.device:
         raise _fail(f"Expected q, k, v on one device but got {q.device}, {k.device}, {v.device}.")
     if g is not None:
-        g = _check_tensor("g", g, 3, "[B, T, H]")
-        if g.shape != q.shape[:3]:
-            raise _fail(f"Expected g of shape {tuple(q.shape[:3])} but got {tuple(g.shape)}.")
+        layout = "[B, T, H] or [B, T, H, K]"
+        g = _check_tensor("g", g, 4 if getattr(g, "ndim", None) == 4 else 3, layout)
+        if g.shape not in (q.shape[:3], q.shape):
+            raise _fail(
+                f"Expected g of shape {layout} = {tuple(q.shape[:3])} or {tuple(q.shape)} "
+                f"but got {tuple(g.shape)}."
+            )
         if g.device != q.device:
             raise _fail(f"Expected g on {q.device} (as q) but got {g.device}.")
         if bool((g > 0).any()):

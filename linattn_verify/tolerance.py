@@ -169,6 +169,15 @@ def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, Units]
     return as_kernel_sees(problem, recipe).to(torch.float64), Units.of(recipe, problem.q.dtype)
 
 
+def _reject_vector_gate(problem: Problem) -> None:
+    # TODO(#13): bounds for vector gates (per-dimension decay weights in the term counts).
+    if isinstance(problem, Problem) and problem.vector_gate:
+        raise InvalidArgument(
+            "Got g of shape [B, T, H, K], but vector gates (g [B, T, H, K]) are not covered by "
+            "the error bounds yet (issue #13); the oracles (linattn_verify.oracle) take them."
+        )
+
+
 def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
     """Return ``problem`` with eps as the kernel adds it: rounded to the recipe's ``eps_dtype``.
 
@@ -193,7 +202,11 @@ def forward_bounds(
         `ForwardBounds`: the absolute bound tensors (``o`` ``[B, T, H, V]``, ``final_state``
         ``[N, H, K, V]``, ``final_key_sum`` ``[N, H, K]``), and in ``tensors`` the full
         `TensorBound` of each (reference values, magnitudes, counts, residual pieces).
+
+    Raises:
+        InvalidArgument: for a vector gate (g ``[B, T, H, K]``): not covered by the bounds yet.
     """
+    _reject_vector_gate(problem)
     p, units = _prepare(problem, recipe)
     per_seq: list[dict[str, torch.Tensor]] = []
     pieces: list[ForwardPieces] = []
@@ -372,7 +385,12 @@ def backward_bounds(
 
     Returns:
         A `TensorBound` per gradient, keyed by `GRADIENT_NAMES` (only the inputs that exist).
+
+    Raises:
+        InvalidArgument: for a vector gate (g ``[B, T, H, K]``): not covered by the bounds yet,
+            or a ``do`` of the wrong shape.
     """
+    _reject_vector_gate(problem)
     if not isinstance(do, torch.Tensor) or tuple(do.shape) != tuple(problem.v.shape):
         got = tuple(do.shape) if isinstance(do, torch.Tensor) else type(do).__name__
         raise InvalidArgument(f"Expected do of shape {tuple(problem.v.shape)} but got {got}.")

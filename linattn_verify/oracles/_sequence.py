@@ -25,7 +25,11 @@ SequenceResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 @dataclass(frozen=True)
 class Sequence:
-    """One sequence's inputs: φ(q), φ(k), v and g in the form's layout, and its initial state."""
+    """One sequence's inputs: φ(q), φ(k), v and g in the form's layout, and its initial state.
+
+    g keeps the problem's gate: one log decay per token and head (``[L, H]`` / ``[H, L]``), or
+    a vector gate with one per key dimension (``[L, H, K]`` / ``[H, L, K]``).
+    """
 
     q: torch.Tensor
     k: torch.Tensor
@@ -53,14 +57,15 @@ def sequence_inputs(
 ) -> Sequence:
     """Slice sequence ``n`` (row ``b``, tokens ``start:end``) out of ``problem``.
 
-    With ``heads_first`` q, k are ``[H, L, K]``, v ``[H, L, V]`` and g ``[H, L]``; without it
-    they keep the token-major layout ``[L, H, ...]``. g is cast to the dtype of q; S0 and z0 are
-    the initial state and key sum in that dtype (zeros when the problem has none).
+    With ``heads_first`` q, k are ``[H, L, K]``, v ``[H, L, V]`` and g ``[H, L]`` (a vector
+    gate ``[H, L, K]``); without it they keep the token-major layout ``[L, H, ...]``. g is cast
+    to the dtype of q; S0 and z0 are the initial state and key sum in that dtype (zeros when the
+    problem has none).
     """
     q = apply_feature_map(problem.q[b, start:end], problem.feature_map)  # [L, H, K]
     k = apply_feature_map(problem.k[b, start:end], problem.feature_map)  # [L, H, K]
     v = problem.v[b, start:end]  # [L, H, V]
-    g = None if problem.g is None else problem.g[b, start:end].to(q.dtype)  # [L, H]
+    g = None if problem.g is None else problem.g[b, start:end].to(q.dtype)  # [L, H] or [L, H, K]
     if heads_first:
         q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
         g = None if g is None else g.transpose(0, 1)

@@ -78,7 +78,8 @@ def oracle(
         q: Queries ``[B, T, H, K]``.
         k: Keys ``[B, T, H, K]``.
         v: Values ``[B, T, H, V]``.
-        g: Natural-log decay ``[B, T, H]``, <= 0. Default: `None`.
+        g: Natural-log decay, <= 0: ``[B, T, H]``, or ``[B, T, H, K]`` for a vector gate (one
+            decay per key dimension; every method takes it). Default: `None`.
         scale: Scale applied to φ(q); `None` means K^-1/2. Default: `None`.
         normalize: Divide by s φ(q_t)^T z_t + eps (a zero denominator gives 0). Default: `False`.
         eps: Denominator offset, used exactly as given. Default: `0.0`.

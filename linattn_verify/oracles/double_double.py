@@ -15,7 +15,10 @@ float64 inputs. The normalized problem is the unnormalized one with a column of 
 to v (and z_0 to S_0), so the numerator and the denominator are computed by the same sums. The
 work is done in the chunked form (intra-chunk masked products plus inter-chunk state passing,
 O(T·C·(K+V) + T·K·V)); one chunk spanning the sequence is the parallel form. Decay weights are
-exp of differences of chunk-local dd cumulative sums, never factored exp(G_t)/exp(G_j).
+exp of differences of chunk-local dd cumulative sums, never factored exp(G_t)/exp(G_j). A vector
+gate (g ``[B, T, H, K]``) gets the same per key dimension: chunk-local dd cumulative sums per
+dimension, the intra-chunk scores Σ_m φ(q_t)_m φ(k_j)_m exp(G_tm - G_jm) as exact dd products
+summed by the tree, and the state rows decayed one dimension at a time (O(T·C·K) dd exps).
 
 Range: values must stay within about 2^-969 .. 2^996 (the low part goes subnormal below, the
 splitting overflows above); outside it the result degrades gracefully in absolute terms.
@@ -314,15 +317,17 @@ class DDForward:
     final_key_sum: DD | None
 
 
-def choose_chunk_size(L: int, K: int, W: int, decay: bool, with_state: bool) -> int:
+def choose_chunk_size(
+    L: int, K: int, W: int, decay: bool, with_state: bool, *, vector_gate: bool = False
+) -> int:
     """Return the chunk size the dd oracle uses for one sequence of length L (L means parallel).
 
     The model counts product terms: C·(K + W) per token inside chunks (plus ~6 for the dd exp of
-    the decay weights), 2·K·W per token for the state passing, and a fixed Python overhead per
-    chunk of the sequential state scan. The parallel form (C = L) skips the state passing when no
-    state goes in or out.
+    the decay weights, ~8·K for a vector gate's K weights and dd products), 2·K·W per token for
+    the state passing, and a fixed Python overhead per chunk of the sequential state scan. The
+    parallel form (C = L) skips the state passing when no state goes in or out.
     """
-    per_pair = K + W + (6 if decay else 0)
+    per_pair = K + W + ((8 * K if vector_gate else 6) if decay else 0)
     best, best_cost = L, L * L * per_pair + (2 * L * K * W if with_state else 0)
     for C in (16, 32, 64, 128, 256):
         if C >= L:
@@ -381,13 +386,14 @@ def dd_forward(
         vs = v[b, start:end].transpose(1, 0, 2)  # [H, L, V]
         if p.normalize:
             vs = np.concatenate([vs, np.ones((H, L, 1))], axis=-1)  # [H, L, W]
-        gs = None if g is None else np.ascontiguousarray(g[b, start:end].T)  # [H, L]
+        # [H, L], or [H, L, K] for a vector gate
+        gs = None if g is None else np.ascontiguousarray(np.swapaxes(g[b, start:end], 0, 1))
         if form == "parallel":
             C = L
         elif form == "chunk" and chunk_size is not None:
             C = chunk_size
         else:
-            C = choose_chunk_size(L, K, W, gs is not None, True)
+            C = choose_chunk_size(L, K, W, gs is not None, True, vector_gate=p.vector_gate)
             if form == "chunk" and C >= L:
                 C = max(1, min(16, L // 2))
         (nh, nl), (sh, sl) = _sequence(
@@ -430,7 +436,7 @@ def _sequence(
         q: φ(q) ``[H, L, K]`` as (hi, lo or `None`).
         k: φ(k) ``[H, L, K]`` as (hi, lo or `None`).
         v: Values (with the ones column when normalized) ``[H, L, W]``.
-        g: Log decay ``[H, L]`` or `None`.
+        g: Log decay ``[H, L]``, a vector gate ``[H, L, K]``, or `None`.
         S0: Initial state (with z_0 as the last column when normalized) ``[H, K, W]`` or `None`.
         C: Chunk size; C >= L is the parallel form.
     """
@@ -449,10 +455,16 @@ def _sequence(
     qh, ql = chunks(q[0], K), chunks(q[1], K)
     kh, kl = chunks(k[0], K), chunks(k[1], K)
     vc = chunks(v, W)
-    gc = chunks(g, None)
+    vector = g is not None and g.ndim == 3
+    gc = chunks(g, K if vector else None)
     assert qh is not None
     assert kh is not None
     assert vc is not None
+    if vector:
+        assert gc is not None
+        Gh, Gl = dd_cumsum(gc, None, axis=-2)  # [H, n_c, C, K], chunk-local per dimension
+        Ph, Pl = _vector_scores(qh, ql, kh, kl, Gh, Gl)
+        return _pass_vector_state(qh, ql, kh, kl, vc, Gh, Gl, Ph, Pl, S0, L)
     # A = φ(Q)φ(K)^T inside each chunk, masked to j <= t and weighted by exp(G_t - G_j).
     Ah, Al = dd_matmul(qh, ql, kh.swapaxes(-1, -2), None if kl is None else kl.swapaxes(-1, -2))
     tri = np.tril(np.ones((C, C), dtype=bool))
@@ -489,6 +501,73 @@ def _sequence(
         ah, al = Sh[:, c], Sl[:, c]
         if decay is not None:
             ah, al = dd_mul(ah, al, decay[0][:, c, None, None], decay[1][:, c, None, None])
+        Sh[:, c + 1], Sl[:, c + 1] = dd_add(ah, al, dSh[:, c], dSl[:, c])
+    if n_c > 1 or S0 is not None:
+        Ih, Il = dd_matmul(qw[0], qw[1], Sh[:, :n_c], Sl[:, :n_c])
+        Nh, Nl = dd_add(Nh, Nl, Ih, Il)
+    Nh = Nh.reshape(H, n_c * C, W)[:, :L]
+    Nl = Nl.reshape(H, n_c * C, W)[:, :L]
+    return (Nh, Nl), (Sh[:, n_c], Sl[:, n_c])
+
+
+def _vector_scores(
+    qh: Array, ql: Array | None, kh: Array, kl: Array | None, Gh: Array, Gl: Array
+) -> DD:
+    """Return P_tj = Σ_m φ(q_t)_m φ(k_j)_m exp(G_tm - G_jm) ``[H, n_c, C, C]``, 0 for j > t.
+
+    Only the pairs j <= t are formed (the exp never sees a positive difference); each product
+    is a dd product and the K terms are summed by the tree. Blocks of chunks bound the memory.
+    """
+    H, n_c, C, K = qh.shape
+    ql = np.zeros_like(qh) if ql is None else ql
+    kl = np.zeros_like(kh) if kl is None else kl
+    ti, ji = np.tril_indices(C)
+    Ph, Pl = np.zeros((H, n_c, C, C)), np.zeros((H, n_c, C, C))
+    step = max(1, (16 * _BLOCK_ELEMENTS) // (H * len(ti) * K))
+    for c in range(0, n_c, step):
+        cs = slice(c, c + step)
+        dh, dl = dd_add(Gh[:, cs, ti], Gl[:, cs, ti], -Gh[:, cs, ji], -Gl[:, cs, ji])
+        wh, wl = dd_exp(dh, dl)  # [H, nb, pairs, K]
+        xh, xl = dd_mul(qh[:, cs, ti], ql[:, cs, ti], kh[:, cs, ji], kl[:, cs, ji])
+        xh, xl = dd_mul(xh, xl, wh, wl)
+        Ph[:, cs, ti, ji], Pl[:, cs, ti, ji] = dd_sum(xh, xl, axis=-1)
+    return Ph, Pl
+
+
+def _pass_vector_state(
+    qh: Array,
+    ql: Array | None,
+    kh: Array,
+    kl: Array | None,
+    vc: Array,
+    Gh: Array,
+    Gl: Array,
+    Ph: Array,
+    Pl: Array,
+    S0: Array | None,
+    L: int,
+) -> tuple[DD, DD]:
+    """Finish `_sequence` for a vector gate: the intra-chunk numerator plus state passing.
+
+    The decays are exp(Gl_end - Gl_j) on φ(k_j), exp(Gl_t) on φ(q_t) and exp(Gl_end) on the
+    rows of the state, each per key dimension and each <= 1.
+    """
+    H, n_c, C, K = qh.shape
+    W = vc.shape[-1]
+    ql = np.zeros_like(qh) if ql is None else ql
+    kl = np.zeros_like(kh) if kl is None else kl
+    Nh, Nl = dd_matmul(Ph, Pl, vc, None)  # [H, n_c, C, W]
+    Eh, El = Gh[..., -1:, :], Gl[..., -1:, :]  # [H, n_c, 1, K]
+    kw = dd_mul(kh, kl, *dd_exp(*dd_add(Eh, El, -Gh, -Gl)))
+    qw = dd_mul(qh, ql, *dd_exp(Gh, Gl))
+    decay = dd_exp(Eh[..., 0, :], El[..., 0, :])  # [H, n_c, K]
+    dSh, dSl = dd_matmul(kw[0].swapaxes(-1, -2), kw[1].swapaxes(-1, -2), vc, None)
+    Sh = np.zeros((H, n_c + 1, K, W))
+    Sl = np.zeros((H, n_c + 1, K, W))
+    if S0 is not None:
+        Sh[:, 0] = S0
+    for c in range(n_c):
+        ah, al = dd_mul(Sh[:, c], Sl[:, c], decay[0][:, c, :, None], decay[1][:, c, :, None])
         Sh[:, c + 1], Sl[:, c + 1] = dd_add(ah, al, dSh[:, c], dSl[:, c])
     if n_c > 1 or S0 is not None:
         Ih, Il = dd_matmul(qw[0], qw[1], Sh[:, :n_c], Sl[:, :n_c])

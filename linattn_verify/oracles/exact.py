@@ -10,7 +10,8 @@ quotient as a `fractions.Fraction`, rounded correctly to float64 (``int / int`` 
 rounds correctly), and every other result is rounded once from its exact value.
 
 Decay (exp) and elu1 (exp) are irrational and rejected. A decay tensor whose entries are all
-exactly zero is no decay (exp(0) = 1) and is accepted.
+exactly zero is no decay (exp(0) = 1) and is accepted, a scalar ``[B, T, H]`` or a vector gate
+``[B, T, H, K]`` alike.
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ the parallel form, O(T^2 (K + V)) mpf operations, and the recurrent form, O(T K 
 
 The decay weights are exp(G_t - G_j). The parallel form obtains them as exp(G_t)·exp(-G_j):
 mpf exponents are unbounded, so the factored form neither overflows nor loses relative accuracy
-here (each factor is correct to 2^-prec relative), unlike in float arithmetic.
+here (each factor is correct to 2^-prec relative), unlike in float arithmetic. A vector gate
+(g ``[B, T, H, K]``) is handled the same way per key dimension m: the parallel form folds
+exp(G_tm) into φ(q_t)_m and exp(-G_jm) into φ(k_j)_m, and the recurrent form scales row m of the
+state by exp(g_tm).
 """
 
 from __future__ import annotations
@@ -111,13 +114,21 @@ def mpmath_forward(problem: Problem, *, dps: int = 50, form: MPForm = "auto") ->
                 vs = [[mpf(x) for x in v[b, t, h]] for t in range(start, end)]
                 if p.normalize:
                     vs = [[*row, mpf(1)] for row in vs]
-                gs = None if g is None else [mpf(x) for x in g[b, start:end, h]]
+                # One mpf per token, or per token a list of K (a vector gate).
+                gs: Any = None
+                if g is not None and p.vector_gate:
+                    gs = [[mpf(x) for x in row] for row in g[b, start:end, h]]
+                elif g is not None:
+                    gs = [mpf(x) for x in g[b, start:end, h]]
                 S0 = [[mpf(0)] * W for _ in range(K)]
                 if S0_all is not None:
                     S0 = [[mpf(x) for x in row] for row in S0_all[n, h]]
                     if z0_all is not None:
                         S0 = [[*row, mpf(z0_all[n, h, m])] for m, row in enumerate(S0)]
-                run = _parallel if chosen == "parallel" else _recurrent
+                if p.vector_gate:
+                    run = _parallel_vector if chosen == "parallel" else _recurrent_vector
+                else:
+                    run = _parallel if chosen == "parallel" else _recurrent
                 numer, state = run(qs, ks, vs, gs, S0)
                 for t in range(L):
                     row = [scale * x for x in numer[t]]
@@ -195,6 +206,60 @@ def _recurrent(
         else:
             a = mpmath.exp(gs[t])
             S = [[fdot((a, k_t[m]), (S[i][m], v_t[i])) for m in range(K)] for i in range(W)]
+        numer.append([fdot(qs[t], S[i]) for i in range(W)])
+    return numer, [[S[i][m] for i in range(W)] for m in range(K)]
+
+
+def _parallel_vector(
+    qs: list[list[Any]],
+    ks: list[list[Any]],
+    vs: list[list[Any]],
+    gs: list[list[Any]],
+    S0: list[list[Any]],
+) -> tuple[list[list[Any]], list[list[Any]]]:
+    """`_parallel` for a vector gate ``gs[t][m]``: the decays taken per key dimension."""
+    L, K, W = len(qs), len(S0), len(S0[0])
+    fdot, exp = mpmath.fdot, mpmath.exp
+    G = [[mpmath.mpf(0)] * K]
+    for row in gs:
+        G.append([G[-1][m] + row[m] for m in range(K)])
+    # φ(q_t) ⊙ exp(G_t) and φ(k_j) ⊙ exp(-G_j): P_tj = Σ_m of their products.
+    qE = [[qs[t][m] * exp(G[t + 1][m]) for m in range(K)] for t in range(L)]
+    kE = [[ks[j][m] * exp(-G[j + 1][m]) for m in range(K)] for j in range(L)]
+    E_end = [exp(x) for x in G[L]]
+    columns = [[row[i] for row in vs] for i in range(W)]
+    S0_columns = [[S0[m][i] for m in range(K)] for i in range(W)]
+    has_state = any(x != 0 for row in S0 for x in row)
+    numer = []
+    for t in range(L):
+        P = [fdot(qE[t], kE[j]) for j in range(t + 1)]
+        row = [fdot(P, columns[i][: t + 1]) for i in range(W)]
+        if has_state:
+            row = [row[i] + fdot(qE[t], S0_columns[i]) for i in range(W)]
+        numer.append(row)
+    weighted = [[kE[j][m] * E_end[m] for j in range(L)] for m in range(K)]
+    state = [
+        [fdot(weighted[m], columns[i]) + E_end[m] * S0[m][i] for i in range(W)] for m in range(K)
+    ]
+    return numer, state
+
+
+def _recurrent_vector(
+    qs: list[list[Any]],
+    ks: list[list[Any]],
+    vs: list[list[Any]],
+    gs: list[list[Any]],
+    S0: list[list[Any]],
+) -> tuple[list[list[Any]], list[list[Any]]]:
+    """`_recurrent` for a vector gate ``gs[t][m]``: row m of the state decays by exp(g_tm)."""
+    K, W = len(S0), len(S0[0])
+    fdot = mpmath.fdot
+    S = [[S0[m][i] for m in range(K)] for i in range(W)]
+    numer = []
+    for t in range(len(qs)):
+        k_t, v_t = ks[t], vs[t]
+        a = [mpmath.exp(x) for x in gs[t]]
+        S = [[fdot((a[m], k_t[m]), (S[i][m], v_t[i])) for m in range(K)] for i in range(W)]
         numer.append([fdot(qs[t], S[i]) for i in range(W)])
     return numer, [[S[i][m] for i in range(W)] for m in range(K)]
 

@@ -27,6 +27,12 @@ def parallel_reference(problem: Problem) -> tuple[torch.Tensor, State]:
     Per sequence: P = s (φ(Q)φ(K)^T ⊙ W), W_tj = exp(G_t - G_j) masked to j <= t *before* the exp,
     N = P V + s exp(G_t) φ(q_t)^T S_0, Z = Σ_j P_tj + s exp(G_t) φ(q_t)^T z_0 + eps.
 
+    With a vector gate (g ``[B, T, H, K]``, G_t its cumulative sum per key dimension m):
+    P_tj = s Σ_m φ(q_t)_m φ(k_j)_m W_tjm with W_tjm = exp(G_tm - G_jm), masked to j <= t before
+    the exp; the initial-state terms use exp(G_t) ⊙ φ(q_t), the final state exp(G_end - G_j) ⊙
+    φ(k_j) and the total decay exp(G_end) on the rows of S_0 and z_0. W is held whole
+    (``[H, L, L, K]``), so memory is O(H L² K) per sequence: an oracle for moderate sizes.
+
     Args:
         problem: A validated problem (see `linattn_verify.semantics`).
 
@@ -43,6 +49,10 @@ def _sequence(problem: Problem, n: int, b: int, start: int, end: int) -> Sequenc
     seq = sequence_inputs(problem, n, b, start, end, heads_first=True)
     q, k, v, H, L = seq.q, seq.k, seq.v, seq.H, seq.L  # [H, L, K], [H, L, K], [H, L, V]
     mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+    S0, z0 = seq.S0, seq.z0
+    if seq.g is not None and seq.g.ndim == 3:
+        P, N_state, Z_state, S_T, z_T = _vector_terms(s, q, k, v, seq.g, mask, S0, z0)
+        return _finish(problem, P, v, N_state, Z_state, S_T, z_T)
     if seq.g is None:
         W = mask.to(q.dtype).expand(H, L, L)
         w_from_start = torch.ones(H, L, dtype=q.dtype, device=q.device)
@@ -55,14 +65,57 @@ def _sequence(problem: Problem, n: int, b: int, start: int, end: int) -> Sequenc
         G_end = G[:, -1:] if L else G.new_zeros(H, 1)
         w_to_end = torch.exp(G_end - G)
     P = s * (q @ k.transpose(-1, -2)) * W  # [H, L, L]
-    N = P @ v
-    S0, z0 = seq.S0, seq.z0
-    N = N + s * w_from_start[..., None] * (q @ S0)
+    N_state = s * w_from_start[..., None] * (q @ S0)
+    Z_state = s * w_from_start * (q @ z0[..., None])[..., 0]
     total_decay = w_from_start[:, -1] if L else torch.ones(H, dtype=q.dtype, device=q.device)
     S_T = (k * w_to_end[..., None]).transpose(-1, -2) @ v + total_decay[:, None, None] * S0
     z_T = (k * w_to_end[..., None]).sum(dim=1) + total_decay[:, None] * z0
+    return _finish(problem, P, v, N_state, Z_state, S_T, z_T)
+
+
+def _vector_terms(
+    s: float,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    mask: torch.Tensor,
+    S0: torch.Tensor,
+    z0: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return P, the initial-state terms of N and Z, S_T and z_T for a vector gate ``[H, L, K]``."""
+    H, L, K = q.shape
+    G = torch.cumsum(g, dim=1)  # [H, L, K]
+    # Masked before the exp: G_tm - G_jm > 0 for j > t may overflow, and inf * 0 would reach
+    # values and gradients.
+    diff = (G[:, :, None, :] - G[:, None, :, :]).masked_fill(~mask[..., None], float("-inf"))
+    W = torch.exp(diff)  # [H, L, L, K]
+    P = s * (q[:, :, None, :] * k[:, None, :, :] * W).sum(-1)  # [H, L, L]
+    q_in = q * torch.exp(G)  # [H, L, K]: φ(q_t) decayed from the sequence start
+    N_state = s * (q_in @ S0)
+    Z_state = s * (q_in @ z0[..., None])[..., 0]
+    G_end = G[:, -1:] if L else G.new_zeros(H, 1, K)
+    k_out = k * torch.exp(G_end - G)  # [H, L, K]: φ(k_j) decayed to the sequence end
+    total_decay = torch.exp(G_end[:, 0])  # [H, K]
+    S_T = k_out.transpose(-1, -2) @ v + total_decay[..., None] * S0
+    z_T = k_out.sum(dim=1) + total_decay * z0
+    return P, N_state, Z_state, S_T, z_T
+
+
+def _finish(
+    problem: Problem,
+    P: torch.Tensor,
+    v: torch.Tensor,
+    N_state: torch.Tensor,
+    Z_state: torch.Tensor,
+    S_T: torch.Tensor,
+    z_T: torch.Tensor,
+) -> SequenceResult:
+    """Assemble o from P ``[H, L, L]`` and the initial-state terms N_state, Z_state."""
+    N = P @ v
+    N = N + N_state
     if problem.normalize:
-        Z = P.sum(-1) + s * w_from_start * (q @ z0[..., None])[..., 0] + problem.eps
+        Z = P.sum(-1) + Z_state + problem.eps
         if problem.eps == 0:
             # N/Z is invariant to scaling a row by a constant; scaling by a power of two near
             # 1/|Z| is exact and keeps autograd's -N/Z^2 from under- or overflowing.

@@ -32,6 +32,9 @@ def recurrent_reference(problem: Problem) -> tuple[torch.Tensor, State]:
         S_t = a_t S_{t-1} + φ(k_t) v_t^T        z_t = a_t z_{t-1} + φ(k_t)
         N_t = s φ(q_t)^T S_t                    Z_t = s φ(q_t)^T z_t + eps
 
+    With a vector gate (g ``[B, T, H, K]``) a_t is a vector over the key dimensions and scales
+    the rows of S: S_t = diag(a_t) S_{t-1} + φ(k_t) v_t^T, z_t = a_t ⊙ z_{t-1} + φ(k_t).
+
     o_t = N_t unnormalized, N_t / Z_t normalized; a row whose Z_t is exactly zero returns 0
     (`linattn_verify.semantics`).
 
@@ -56,7 +59,7 @@ def _sequence(problem: Problem, n: int, b: int, start: int, end: int) -> Sequenc
     q, k, v = seq.q, seq.k, seq.v  # [L, H, K], [L, H, K], [L, H, V]
     L, H, V = seq.L, seq.H, seq.V
     # Per-step factors a_t = exp(g_t), all at once: the recurrence multiplies by them one by one.
-    a = None if seq.g is None else torch.exp(seq.g)  # [L, H]
+    a = None if seq.g is None else torch.exp(seq.g)  # [L, H], or [L, H, K] for a vector gate
     S, z = seq.S0, seq.z0
     sq = s * q  # [L, H, K]
     numerators, denominators = [], []
@@ -66,6 +69,10 @@ def _sequence(problem: Problem, n: int, b: int, start: int, end: int) -> Sequenc
         if a is None:
             S = S + kv
             z = z + k[t]
+        elif a.ndim == 3:
+            # A vector gate decays each key dimension: the rows of S, the entries of z.
+            S = a[t, :, :, None] * S + kv
+            z = a[t] * z + k[t]
         else:
             S = a[t, :, None, None] * S + kv
             z = a[t, :, None] * z + k[t]
