@@ -29,12 +29,14 @@ from linattn_verify.strategies._tensors import (
     LAYOUTS,
     REALISTIC_FAMILIES,
     VALUE_FAMILIES,
+    VECTOR_DECAY_FAMILIES,
     decay_families,
     float_dtypes,
     layouts,
     near_max_magnitude,
     random_cotangents,
     value_families,
+    vector_decay_families,
 )
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "LAYOUTS",
     "REALISTIC_FAMILIES",
     "VALUE_FAMILIES",
+    "VECTOR_DECAY_FAMILIES",
     "ProblemSpec",
     "batch_sizes",
     "decay_families",
@@ -59,4 +62,5 @@ __all__ = [
     "seq_lens",
     "seq_packings",
     "value_families",
+    "vector_decay_families",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from linattn_verify.errors import InvalidArgument
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies._shapes import check_choices
 from linattn_verify.typing import DTYPE_NAMES, KERNEL_DTYPES, torch_dtype
@@ -47,6 +48,25 @@ REALISTIC_FAMILIES = tuple(f for f in VALUE_FAMILIES if f not in EXTREME_FAMILIE
 DECAY_FAMILIES = ("none", "zero", "mild", "steep", "overflowing")
 """Families of log-decays g: no decay, g = 0 exactly, g in (-0.1, 0], steep g down to -20, and
 g chosen so that |G| exceeds 88 inside a block of 16 tokens."""
+
+VECTOR_DECAY_FAMILIES = (
+    *DECAY_FAMILIES,
+    "mixed",
+    "one_steep",
+    "overflowing_some",
+    "logsigmoid",
+)
+"""Families of vector gates g ``[B, T, H, K]`` (issue #13): the scalar families drawn per key
+dimension, and four that only a vector gate has: ``mixed`` (each key dimension of each head
+exactly 0, mild or steep), ``one_steep`` (mild, but one dimension per head between -10 and -20
+per step), ``overflowing_some`` (|G| > 88 within 16 tokens in a random nonempty subset of the
+dimensions, mild in the others) and ``logsigmoid`` (FLA's test gates, logsigmoid(x) / c with
+c drawn from `LOGSIGMOID_NORMALIZERS`)."""
+
+LOGSIGMOID_NORMALIZERS = (0.01, 0.1, 1.0, 10.0)
+"""The normalizers c of the ``logsigmoid`` vector gates: c = 0.01 makes steps near -70."""
+
+_VECTOR_ONLY = ("mixed", "one_steep", "overflowing_some", "logsigmoid")
 
 DTYPES: dict[str, torch.dtype] = {name: torch_dtype(name) for name in DTYPE_NAMES}
 """Input dtypes by name. float64 is drawn only for kernels that declare it."""
@@ -179,7 +199,25 @@ def family_values(
 
 
 def decay_values(family: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor | None:
-    """Draw float32 log-decays of ``family`` (a name from `DECAY_FAMILIES`), or `None`."""
+    """Draw float32 log-decays of ``family``, or `None`.
+
+    ``shape`` is ``[B, T, H]`` (a scalar gate: ``family`` from `DECAY_FAMILIES`) or
+    ``[B, T, H, K]`` (a vector gate: any of `VECTOR_DECAY_FAMILIES`).
+
+    Raises:
+        InvalidArgument: for a vector-only family with a scalar shape, or an unknown family.
+    """
+    if family not in VECTOR_DECAY_FAMILIES:
+        raise InvalidArgument(
+            f"Got family={family!r}, but it must be one of {VECTOR_DECAY_FAMILIES}."
+        )
+    if family in _VECTOR_ONLY:
+        if len(shape) != 4:
+            raise InvalidArgument(
+                f"Got family={family!r} with shape={tuple(shape)}, but it is a vector-gate "
+                "family: shape must be [B, T, H, K]."
+            )
+        return _vector_decay(family, shape, gen)
     if family == "none":
         return None
     if family == "zero":
@@ -190,6 +228,45 @@ def decay_values(family: str, shape: tuple[int, ...], gen: torch.Generator) -> t
         return -20.0 * torch.rand(shape, generator=gen)
     # |G| > 88 within 16 tokens: every step at least -5.6.
     return -5.6 - 2 * torch.rand(shape, generator=gen)
+
+
+def _vector_decay(family: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """The vector-only families of `VECTOR_DECAY_FAMILIES` (see there)."""
+    H, K = shape[2], shape[3]
+    mild = -0.1 * torch.rand(shape, generator=gen)
+    if family == "mixed":
+        # A dimension keeps its character across tokens: some channels remember, some forget.
+        kind = torch.randint(0, 3, (H, K), generator=gen)
+        steep = -20.0 * torch.rand(shape, generator=gen)
+        return torch.where(kind == 0, 0.0, torch.where(kind == 1, mild, steep))
+    if family == "one_steep":
+        dim = torch.randint(0, K, (H,), generator=gen)
+        chosen = torch.nn.functional.one_hot(dim, K).bool()  # [H, K]
+        return torch.where(chosen, -10.0 - 10.0 * torch.rand(shape, generator=gen), mild)
+    if family == "overflowing_some":
+        # A nonempty subset per head; a proper one when there are two dimensions or more.
+        chosen = torch.rand(H, K, generator=gen) < 0.5
+        first = torch.randint(0, K, (H,), generator=gen)
+        chosen |= torch.nn.functional.one_hot(first, K).bool()
+        if K > 1:
+            chosen &= ~torch.nn.functional.one_hot((first + 1) % K, K).bool()
+        return torch.where(chosen, -5.6 - 2 * torch.rand(shape, generator=gen), mild)
+    # logsigmoid: FLA's test gates.
+    c = LOGSIGMOID_NORMALIZERS[
+        int(torch.randint(0, len(LOGSIGMOID_NORMALIZERS), (1,), generator=gen))
+    ]
+    return torch.nn.functional.logsigmoid(torch.randn(shape, generator=gen)) / c
+
+
+def vector_decay_families(
+    *, names: Sequence[str] = VECTOR_DECAY_FAMILIES
+) -> st.SearchStrategy[str]:
+    """Generate vector-gate family names (see `VECTOR_DECAY_FAMILIES`), shrinking toward ``"none"``.
+
+    Raises:
+        InvalidArgument: if ``names`` is empty or names an unknown family.
+    """
+    return st.sampled_from(check_choices("names", names, VECTOR_DECAY_FAMILIES))
 
 
 def lay_out(x: torch.Tensor, layout: str) -> torch.Tensor:
@@ -233,8 +310,10 @@ __all__ = [
     "DECAY_FAMILIES",
     "DTYPES",
     "LAYOUTS",
+    "LOGSIGMOID_NORMALIZERS",
     "LOW_PRECISION_DTYPES",
     "VALUE_FAMILIES",
+    "VECTOR_DECAY_FAMILIES",
     "decay_families",
     "decay_values",
     "family_values",
@@ -243,4 +322,5 @@ __all__ = [
     "layouts",
     "near_max_magnitude",
     "random_cotangents",
+    "vector_decay_families",
 ]

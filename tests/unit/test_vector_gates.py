@@ -29,6 +29,8 @@ from linattn_verify.oracles.parallel import State, parallel_reference
 from linattn_verify.oracles.recurrent import recurrent_reference
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.strategies import VECTOR_DECAY_FAMILIES
+from linattn_verify.strategies._tensors import LOGSIGMOID_NORMALIZERS, decay_values
 from linattn_verify.tolerance import backward_bounds, forward_bounds
 
 F64 = torch.float64
@@ -436,3 +438,66 @@ def test_kernels_do_not_declare_vector_gates() -> None:
     assert kernel.supports(problem) == "test/gated: vector gates (g [B, T, H, K]) not declared"
     assert problem.g is not None
     assert kernel.supports(problem.with_tensors(g=problem.g[..., 0])) is None
+
+
+# The vector-gate families of the strategies (`VECTOR_DECAY_FAMILIES`).
+
+
+@pytest.mark.parametrize("family", VECTOR_DECAY_FAMILIES[1:])
+def test_vector_gate_families_are_valid_gates(family: str) -> None:
+    shape = (2, 40, 3, 6)
+    g = decay_values(family, shape, torch.Generator().manual_seed(5))
+    assert g is not None
+    assert g.shape == shape
+    assert bool(torch.isfinite(g).all())
+    assert bool((g <= 0).all())
+    gen = torch.Generator().manual_seed(5)
+    assert torch.equal(g, decay_values(family, shape, gen)), "the same seed draws the same gate"
+
+
+def test_vector_gate_families_have_their_character() -> None:
+    shape = (1, 64, 4, 8)
+
+    def draw(family: str, seed: int = 1) -> torch.Tensor:
+        g = decay_values(family, shape, torch.Generator().manual_seed(seed))
+        assert g is not None
+        return g.double()
+
+    # mixed: per head, dimensions that never decay next to ones that decay steeply.
+    mixed = draw("mixed")
+    per_dim = mixed.min(dim=1).values[0]  # [H, K]: each dimension's steepest step
+    assert bool((per_dim == 0).any())
+    assert bool((per_dim < -1).any())
+    # one_steep: exactly one dimension per head steeper than -10 on every token.
+    steep_dims = (draw("one_steep") <= -10).all(dim=1)[0]  # [H, K]
+    assert steep_dims.sum(-1).tolist() == [1] * shape[2]
+    # overflowing_some: |G| > 88 within 16 tokens in some dimensions of each head, not all.
+    G16 = draw("overflowing_some")[:, :16].sum(1)[0]  # [H, K]
+    over = G16 < -88
+    assert bool(over.any(-1).all())
+    assert not bool(over.all(-1).any())
+    # logsigmoid: FLA's gates, logsigmoid(x) / c for one c of the normalizers per draw.
+    steps = {round(float(draw("logsigmoid", seed).min()), 6) for seed in range(12)}
+    assert min(steps) < -1.0 / LOGSIGMOID_NORMALIZERS[0], "some draws use c = 0.01"
+
+
+def test_vector_only_families_need_a_vector_shape() -> None:
+    with pytest.raises(InvalidArgument, match="vector-gate family"):
+        decay_values("mixed", (1, 4, 2), torch.Generator())
+    with pytest.raises(InvalidArgument, match="must be one of"):
+        decay_values("spiky", (1, 4, 2, 3), torch.Generator())
+
+
+@pytest.mark.parametrize("family", VECTOR_DECAY_FAMILIES[1:])
+def test_chunk_form_follows_every_vector_gate_family(family: str) -> None:
+    # The float64 chunked form against the recurrent one on each family: finite where the gate
+    # overflows exp within a chunk in some dimensions (overflowing_some, logsigmoid with c = 0.01).
+    gen = torch.Generator().manual_seed(9)
+    B, T, H, K, V = 1, 40, 2, 4, 3
+    q, k, v = (torch.randn(B, T, H, D, generator=gen, dtype=F64) for D in (K, K, V))
+    g = decay_values(family, (B, T, H, K), gen)
+    assert g is not None
+    problem = validate_problem(q, k, v, g.double(), output_final_state=True)
+    reference = recurrent_reference(problem)
+    for chunk_size in (4, 16):
+        assert_close(chunk_reference(problem, chunk_size=chunk_size), reference, problem, F64_TOL)
