@@ -170,11 +170,12 @@ def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, Units]
 
 
 def _reject_vector_gate(problem: Problem) -> None:
-    # TODO(#13): bounds for vector gates (per-dimension decay weights in the term counts).
+    # TODO(#13): gradient bounds for vector gates (dg per key dimension).
     if isinstance(problem, Problem) and problem.vector_gate:
         raise InvalidArgument(
-            "Got g of shape [B, T, H, K], but vector gates (g [B, T, H, K]) are not covered by "
-            "the error bounds yet (issue #13); the oracles (linattn_verify.oracle) take them."
+            "Got g of shape [B, T, H, K], but the gradients of vector gates (g [B, T, H, K]) "
+            "are not covered by the error bounds yet (issue #13); forward_bounds and the "
+            "oracles (linattn_verify.oracle) take them."
         )
 
 
@@ -191,6 +192,9 @@ def forward_bounds(
 ) -> ForwardBounds:
     """Compute the exact forward result and its error bounds for a kernel following ``recipe``.
 
+    A vector gate (g ``[B, T, H, K]``) is covered (docs/error-model.md §2.7); its weights take
+    O(T²K) float64 memory per head and sequence.
+
     Args:
         problem: The problem exactly as the kernel received it (any dtype: it is converted
             exactly to float64; its dtype sets the output rounding and the cast unit).
@@ -202,11 +206,7 @@ def forward_bounds(
         `ForwardBounds`: the absolute bound tensors (``o`` ``[B, T, H, V]``, ``final_state``
         ``[N, H, K, V]``, ``final_key_sum`` ``[N, H, K]``), and in ``tensors`` the full
         `TensorBound` of each (reference values, magnitudes, counts, residual pieces).
-
-    Raises:
-        InvalidArgument: for a vector gate (g ``[B, T, H, K]``): not covered by the bounds yet.
     """
-    _reject_vector_gate(problem)
     p, units = _prepare(problem, recipe)
     per_seq: list[dict[str, torch.Tensor]] = []
     pieces: list[ForwardPieces] = []
@@ -387,8 +387,8 @@ def backward_bounds(
         A `TensorBound` per gradient, keyed by `GRADIENT_NAMES` (only the inputs that exist).
 
     Raises:
-        InvalidArgument: for a vector gate (g ``[B, T, H, K]``): not covered by the bounds yet,
-            or a ``do`` of the wrong shape.
+        InvalidArgument: for a vector gate (g ``[B, T, H, K]``): its gradients are not covered
+            by the bounds yet; or for a ``do`` of the wrong shape.
     """
     _reject_vector_gate(problem)
     if not isinstance(do, torch.Tensor) or tuple(do.shape) != tuple(problem.v.shape):

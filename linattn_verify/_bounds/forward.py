@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from linattn_verify._bounds.terms import SequenceTerms
+from linattn_verify._bounds.terms import MainTerms, SequenceTerms
+from linattn_verify._bounds.vector import vector_main_terms
 from linattn_verify.semantics import Problem
 
 
@@ -23,9 +24,8 @@ class ForwardPieces:
     bad: torch.Tensor  # [H, L] rows with an unverifiable denominator
 
 
-def forward_sequence(
-    seq: SequenceTerms, p: Problem
-) -> tuple[dict[str, torch.Tensor], ForwardPieces]:
+def scalar_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
+    """The gate-specific sums of the bound for a scalar gate (or none): docs/error-model.md §2.2."""
     u = seq.units
     s = seq.scale
     qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
@@ -52,6 +52,64 @@ def forward_sequence(
         + (U0 * w0 + Wa0)[..., None] * qS0a
         + w0[..., None] * (seq.q_err @ S0a)
     )
+    Zsum = M_Zsum = B_Zsum = None
+    if p.normalize:
+        Zsum = p.scale * ((W_tok * A).sum(-1) + w0 * (seq.q_feat * seq.z0[:, None, :]).sum(-1))
+        M_Zsum = s * ((W_tok * absA).sum(-1) + w0 * qz0a)
+        B_Zsum = s * (
+            ((U_tok * W_tok * absA) + W_tok * Ephi + Wa_tok * absA).sum(-1)
+            + (U0 * w0 + Wa0) * qz0a
+            + w0 * (seq.q_err * z0a[:, None, :]).sum(-1)
+        )
+    # Final state and key sum: terms φ(k_j) v_j w_Tj (no K-dot, no scale).
+    wE = seq.W_end  # [H, L+1]
+    count_S = seq.acc_state  # [L+1]
+    U_S = u.acc * count_S + seq.eps_w_end + u.per_term  # [H, L+1]
+    kw = seq.k_feat * wE[:, 1:, None]
+    S_T = kw.transpose(-1, -2) @ seq.v + wE[:, :1, None] * seq.S0
+    z_T = kw.sum(1) + wE[:, :1] * seq.z0
+    kaw = ka * wE[:, 1:, None]
+    M_S = kaw.transpose(-1, -2) @ va + wE[:, :1, None] * S0a
+    WEa = seq.W_end_abs  # [1, L+1] absolute weight errors (underflow)
+    B_S = (
+        (kaw * U_S[:, 1:, None] + ka * WEa[:, 1:, None]).transpose(-1, -2) @ va
+        + (seq.k_err * wE[:, 1:, None]).transpose(-1, -2) @ va
+        + (U_S[:, :1] * wE[:, :1] + WEa[:, :1])[..., None] * S0a
+    )
+    M_z = kaw.sum(1) + wE[:, :1] * z0a
+    B_z = (
+        (kaw * U_S[:, 1:, None] + ka * WEa[:, 1:, None]).sum(1)
+        + (seq.k_err * wE[:, 1:, None]).sum(1)
+        + (U_S[:, :1] * wE[:, :1] + WEa[:, :1]) * z0a
+    )
+    return MainTerms(
+        N=N,
+        M_N=M_N,
+        B_N=B_N,
+        live_tok=(W_tok > 0).to(N.dtype),
+        S_T=S_T,
+        M_S=M_S,
+        B_S=B_S,
+        z_T=z_T,
+        M_z=M_z,
+        B_z=B_z,
+        live_end=(wE[:, 1:] > 0).to(S_T.dtype),
+        Z=Zsum,
+        M_Z=M_Zsum,
+        B_Z=B_Zsum,
+    )
+
+
+def forward_sequence(
+    seq: SequenceTerms, p: Problem
+) -> tuple[dict[str, torch.Tensor], ForwardPieces]:
+    u = seq.units
+    s = seq.scale
+    qa, va = seq.q_feat.abs(), seq.v.abs()
+    K = seq.K
+    count = K + 2 + seq.acc_fwd  # [L, L+1]
+    main = vector_main_terms(seq, p) if seq.vector else scalar_main_terms(seq, p)
+    N, M_N, B_N = main.N, main.M_N, main.B_N
     max_count = torch.where(seq.causal, count, 0.0).amax(-1).to(N.dtype)  # [L]
     L = seq.L
     # Absolute errors: an underflowing rounding anywhere on a term's path (at most one smallest
@@ -60,20 +118,15 @@ def forward_sequence(
     underflow = (u.underflow * terms * max_count)[None, :, None]  # [1, L, 1]
     lost = u.lost_intermediate
     cast_row = lost * s * qa.sum(-1, keepdim=True)  # [H, L, 1]
-    B_N = B_N + underflow + cast_row + lost * (W_tok > 0).to(N.dtype) @ va
+    B_N = B_N + underflow + cast_row + lost * main.live_tok @ va
     out: dict[str, torch.Tensor] = {}
     if p.normalize:
-        Zsum = p.scale * ((W_tok * A).sum(-1) + w0 * (seq.q_feat * seq.z0[:, None, :]).sum(-1))
-        Z = (Zsum + p.eps)[..., None]  # [H, L, 1]
-        M_Z = (s * ((W_tok * absA).sum(-1) + w0 * qz0a) + p.eps)[..., None]
-        B_Z = (
-            s
-            * (
-                ((U_tok * W_tok * absA) + W_tok * Ephi + Wa_tok * absA).sum(-1)
-                + (U0 * w0 + Wa0) * qz0a
-                + w0 * (seq.q_err * z0a[:, None, :]).sum(-1)
-            )
-        )[..., None] + u.acc * Z.abs()
+        assert main.Z is not None
+        assert main.M_Z is not None
+        assert main.B_Z is not None
+        Z = (main.Z + p.eps)[..., None]  # [H, L, 1]
+        M_Z = (main.M_Z + p.eps)[..., None]
+        B_Z = main.B_Z[..., None] + u.acc * Z.abs()
         B_Z = B_Z + underflow + cast_row + lost * terms[None, :, None]
         exact_zero = M_Z == 0  # every term vanishes: the 0/0 row, whose value is exactly 0
         o = torch.where(Z == 0, torch.zeros_like(N), N / torch.where(Z == 0, 1, Z))
@@ -109,40 +162,21 @@ def forward_sequence(
         out.update(o=o, B_o=B_o, M_o=M_N)
         Z_rows = torch.ones_like(N[..., :1])
     out["count_o"] = (max_count[None, :, None]).expand(seq.H, L, 1)
-    # Final state and key sum: terms φ(k_j) v_j w_Tj (no K-dot, no scale).
-    wE = seq.W_end  # [H, L+1]
     count_S = seq.acc_state  # [L+1]
-    U_S = u.acc * count_S + seq.eps_w_end + u.per_term  # [H, L+1]
-    kw = seq.k_feat * wE[:, 1:, None]
-    S_T = kw.transpose(-1, -2) @ seq.v + wE[:, :1, None] * seq.S0
-    z_T = kw.sum(1) + wE[:, :1] * seq.z0
-    kaw = ka * wE[:, 1:, None]
-    M_S = kaw.transpose(-1, -2) @ va + wE[:, :1, None] * S0a
-    WEa = seq.W_end_abs  # [1, L+1] absolute weight errors (underflow)
-    B_S = (
-        (kaw * U_S[:, 1:, None] + ka * WEa[:, 1:, None]).transpose(-1, -2) @ va
-        + (seq.k_err * wE[:, 1:, None]).transpose(-1, -2) @ va
-        + (U_S[:, :1] * wE[:, :1] + WEa[:, :1])[..., None] * S0a
-    )
-    M_z = kaw.sum(1) + wE[:, :1] * z0a
-    B_z = (
-        (kaw * U_S[:, 1:, None] + ka * WEa[:, 1:, None]).sum(1)
-        + (seq.k_err * wE[:, 1:, None]).sum(1)
-        + (U_S[:, :1] * wE[:, :1] + WEa[:, :1]) * z0a
-    )
+    S_T = main.S_T
     underflow_S = u.underflow * (L + 1) * count_S.max()
     # A decayed key w_Tj k_jm cast to the intermediate dtype before its product with v_j (FLA's
     # chunk_h does this) loses up to ℓ where it is tiny, as P's terms do in the output.
-    live = (wE[:, 1:] > 0).to(S_T.dtype)  # [H, L]
+    live = main.live_end  # [H, L]
     lost_S = lost * (live[..., None] * va).sum(1)[:, None, :]  # [H, 1, V]
     lost_z = lost * live.sum(1, keepdim=True)  # [H, 1]
     out.update(
         S_T=S_T,
-        M_S=M_S,
-        B_S=B_S + underflow_S + lost_S,
-        z_T=z_T,
-        M_z=M_z,
-        B_z=B_z + underflow_S + lost_z,
+        M_S=main.M_S,
+        B_S=main.B_S + underflow_S + lost_S,
+        z_T=main.z_T,
+        M_z=main.M_z,
+        B_z=main.B_z + underflow_S + lost_z,
         count_S=count_S.max().expand(1),
     )
     B_Z_rows = out["B_Z"] if p.normalize else torch.zeros_like(Z_rows)

@@ -83,6 +83,11 @@ class SequenceTerms:
 
     Column 0 of every [H, T, T+1] matrix is the virtual key j = 0 that stands for the initial
     state; columns 1..T are the tokens.
+
+    With a vector gate (``vector``; g ``[B, T, H, K]``) the decay quantities ``G``, ``W``,
+    ``W_end``, ``eps_w`` and ``eps_w_end`` have one row per (head, key dimension), head-major
+    (``[H*K, ...]``, viewed as ``[H, K, ...]`` by `linattn_verify._bounds.vector`): the weights
+    w_tjm = exp(G_tm - G_jm) of all T x (T+1) x K terms, O(T²K) float64 memory per head.
     """
 
     def __init__(
@@ -128,13 +133,20 @@ class SequenceTerms:
         j = torch.arange(0, L + 1, device=dev)  # key positions, 0 = initial state
         causal = j[None, :] <= t[:, None]  # [L, L+1]
         decay = p.g is not None
+        self.vector = p.vector_gate
         if decay:
             assert p.g is not None
-            g = p.g[b, start:end].transpose(0, 1)  # [H, L]
-            G = torch.cat([torch.zeros(H, 1, dtype=f64, device=dev), torch.cumsum(g, -1)], -1)
+            if self.vector:
+                # One row per (head, key dimension), head-major: every decay quantity below is
+                # elementwise in its leading dimension, so it is the scalar one per dimension.
+                g = p.g[b, start:end].permute(1, 2, 0).reshape(H * K, L)  # [H*K, L]
+            else:
+                g = p.g[b, start:end].transpose(0, 1)  # [H, L]
+            rows = g.shape[0]
+            G = torch.cat([torch.zeros(rows, 1, dtype=f64, device=dev), torch.cumsum(g, -1)], -1)
         else:
             G = torch.zeros(H, L + 1, dtype=f64, device=dev)
-        self.G = G  # [H, L+1], G[:, 0] = 0
+        self.G = G  # [H, L+1] ([H*K, L+1] for a vector gate), G[:, 0] = 0
         D = (G[:, 1:, None] - G[:, None, :]).masked_fill(~causal, float("-inf"))  # [H, L, L+1]
         self.W = torch.exp(D)  # zero above the diagonal
         self.causal = causal
@@ -172,7 +184,7 @@ class SequenceTerms:
                     G, (G[:, -1:] - G)[:, None, :], torch.tensor([L], device=dev), j
                 )[:, 0]
                 if L
-                else torch.zeros(H, 1, dtype=f64, device=dev)
+                else torch.zeros(G.shape[0], 1, dtype=f64, device=dev)
             )  # [H, L+1]
         else:
             self.eps_w = torch.zeros(1, L, L + 1, dtype=f64, device=dev)
@@ -236,3 +248,28 @@ class SequenceTerms:
         Gt, Gj = G_local[:, t][:, :, None], G_local[:, j][:, None, :]
         local = Gt + Gj + torch.where(same, 0.0, G_block_total[:, j][:, None, :] + absD)
         return pieces * 5 * u + 3.4 * u * absD + block * u * local
+
+
+@dataclass
+class MainTerms:
+    """The gate-specific sums of one sequence's forward bound (docs/error-model.md §2.2).
+
+    The scalar-gate and vector-gate paths compute these; `linattn_verify._bounds.forward` adds
+    the absolute terms (underflow, casts) and the quotient, which do not depend on the gate.
+    Row quantities are ``[H, L, V]`` (N), ``[H, L]`` (Z); state ones ``[H, K, V]``, ``[H, K]``.
+    """
+
+    N: torch.Tensor  # exact numerator
+    M_N: torch.Tensor  # its magnitude
+    B_N: torch.Tensor  # its bound, relative and feature-error terms only
+    live_tok: torch.Tensor  # [H, L, L]: 1 where some weight of term (t, j) is nonzero
+    S_T: torch.Tensor
+    M_S: torch.Tensor
+    B_S: torch.Tensor  # relative and feature-error terms only
+    z_T: torch.Tensor
+    M_z: torch.Tensor
+    B_z: torch.Tensor
+    live_end: torch.Tensor  # [H, L]: 1 where some weight of key j in the final state is nonzero
+    Z: torch.Tensor | None = None  # exact denominator without eps (normalized problems only)
+    M_Z: torch.Tensor | None = None  # its magnitude without eps
+    B_Z: torch.Tensor | None = None  # its bound, relative and feature-error terms only
