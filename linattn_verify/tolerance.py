@@ -76,6 +76,7 @@ import torch
 from linattn_verify._bounds.forward import ForwardPieces, forward_sequence
 from linattn_verify._bounds.gradients import Cotangents, backward_sequence
 from linattn_verify._bounds.terms import SequenceTerms, Units
+from linattn_verify._bounds.vector_gradients import vector_backward_sequence
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
@@ -167,16 +168,6 @@ def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, Units]
             f"Expected recipe to be a PrecisionRecipe but got {type(recipe).__name__}."
         )
     return as_kernel_sees(problem, recipe).to(torch.float64), Units.of(recipe, problem.q.dtype)
-
-
-def _reject_vector_gate(problem: Problem) -> None:
-    # TODO(#13): gradient bounds for vector gates (dg per key dimension).
-    if isinstance(problem, Problem) and problem.vector_gate:
-        raise InvalidArgument(
-            "Got g of shape [B, T, H, K], but the gradients of vector gates (g [B, T, H, K]) "
-            "are not covered by the error bounds yet (issue #13); forward_bounds and the "
-            "oracles (linattn_verify.oracle) take them."
-        )
 
 
 def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
@@ -383,14 +374,15 @@ def backward_bounds(
             gradient elements that depend on such a row are marked ``undefined``
             (`depends_on_rows`) and carry it. Default: `"zero"`.
 
+    A vector gate (g ``[B, T, H, K]``) is covered (docs/error-model.md §5.1): dg is then
+    ``[B, T, H, K]``, and the bound takes O(T²K) float64 memory per head and sequence.
+
     Returns:
         A `TensorBound` per gradient, keyed by `GRADIENT_NAMES` (only the inputs that exist).
 
     Raises:
-        InvalidArgument: for a vector gate (g ``[B, T, H, K]``): its gradients are not covered
-            by the bounds yet; or for a ``do`` of the wrong shape.
+        InvalidArgument: for a ``do`` of the wrong shape.
     """
-    _reject_vector_gate(problem)
     if not isinstance(do, torch.Tensor) or tuple(do.shape) != tuple(problem.v.shape):
         got = tuple(do.shape) if isinstance(do, torch.Tensor) else type(do).__name__
         raise InvalidArgument(f"Expected do of shape {tuple(problem.v.shape)} but got {got}.")
@@ -416,7 +408,8 @@ def backward_bounds(
             if dz is not None
             else torch.zeros(H, K, dtype=torch.float64, device=do64.device),
         )
-        per_seq.append(backward_sequence(piece, ct, p.normalize))
+        backward = vector_backward_sequence if p.vector_gate else backward_sequence
+        per_seq.append(backward(piece, ct, p.normalize))
 
     def rows(key: str, last: int | None) -> torch.Tensor:
         pieces_ = [d[key] if last is not None else d[key][..., None] for d in per_seq]
@@ -429,13 +422,15 @@ def backward_bounds(
     count = states("count").max()
     input_out = units.out
     result: dict[str, TensorBound] = {}
-    layout = {"q": K, "k": K, "v": V, "g": None}
+    # dg is [B, T, H] for a scalar gate and [B, T, H, K] for a vector one (per dimension).
+    layout = {"q": K, "k": K, "v": V, "g": K if p.vector_gate else None}
     for name, ref in refs.items():
         if name in layout:
             last = layout[name]
             M, B = rows("M_" + name, last), rows("B_" + name, last)
-            bad = rows("bad_" + name, None).bool()
-            if last is not None:
+            per_dimension = name == "g" and p.vector_gate  # bad_g is [H, L, K] then
+            bad = rows("bad_" + name, last if per_dimension else None).bool()
+            if last is not None and not per_dimension:
                 bad = bad[..., None].expand_as(M)
             dtype = problem.g.dtype if name == "g" and problem.g is not None else problem.q.dtype
         else:
@@ -460,10 +455,17 @@ def backward_bounds(
             count=count.expand_as(ref),
             unit=units.acc,
             verifiable=~bad,
-            undefined=undefined.get(name),
+            undefined=_undefined_like(undefined.get(name), ref),
             zero_denominator=zero_denominator,
         )
     return result
+
+
+def _undefined_like(mask: torch.Tensor | None, ref: torch.Tensor) -> torch.Tensor | None:
+    """``mask`` broadcast to ``ref``'s shape: a vector gate's dg_j is undefined in every dim."""
+    if mask is None or mask.shape == ref.shape:
+        return mask
+    return mask[..., None].expand_as(ref)
 
 
 def depends_on_rows(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -413,16 +413,19 @@ def test_float64_forms_gradcheck_vector_gates(form: str, normalize: bool) -> Non
 # -- guards -----------------------------------------------------------------------------------
 
 
-def test_forward_bounds_take_vector_gates_and_backward_bounds_refuse_them() -> None:
-    # The forward bound covers vector gates (tests/unit/test_bounds_vector.py judges it); the
-    # gradient bound does not yet, and says so rather than computing a scalar-gate bound.
+def test_forward_and_backward_bounds_take_vector_gates() -> None:
+    # Both bounds cover vector gates (tests/unit/test_bounds_vector.py judges them); dg has
+    # g's shape [B, T, H, K].
     problem = make_problem(1, T=4, dtype=torch.float32)
     recipe = PrecisionRecipe(form="parallel", dots_on_path=0, decay_scan="global")
     bounds = forward_bounds(problem, recipe)
     assert bounds.o.shape == problem.v.shape
     assert bool(torch.isfinite(bounds.o).all())
-    with pytest.raises(InvalidArgument, match=r"not covered by the error bounds yet"):
-        backward_bounds(problem, recipe, do=torch.ones_like(problem.v))
+    grads = backward_bounds(problem, recipe, do=torch.ones_like(problem.v))
+    assert problem.g is not None
+    for what in ("reference", "bound", "magnitude", "count"):
+        assert getattr(grads["g"], what).shape == problem.g.shape
+    assert bool(torch.isfinite(grads["g"].bound).all())
 
 
 def test_kernels_do_not_declare_vector_gates() -> None:
