@@ -30,10 +30,12 @@ from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
 from linattn_verify.typing import (
     DTYPE_NAMES,
+    GATES,
     KERNEL_DTYPES,
     ZERO_DENOMINATORS,
     FeatureMap,
     Form,
+    Gate,
     ZeroDenominator,
     dtype_name,
 )
@@ -51,6 +53,11 @@ class Capabilities:
             harness feeds features directly). Default: `("identity",)`.
         configurable: Accepts ``normalize=``, ``eps=``, ``feature_map=`` keywords. Default: `False`.
         decay: Accepts a data-dependent log decay ``g``. Default: `False`.
+        gates: The shapes of ``g`` it takes where it declares ``decay``: ``"scalar"``
+            (``[B, T, H]``), ``"vector"`` (``[B, T, H, K]``, a gate per key dimension, as GLA's
+            kernels) or both. Default: `("scalar",)`.
+        decay_required: Takes no ``g=None``: a problem without decay is outside its domain
+            (FLA's ``chunk_gla`` asserts a gate); it is given ``g = 0`` instead. Default: `False`.
         backward: Differentiable in q, k, v (and g, initial state). Default: `True`.
         varlen: Accepts ``cu_seqlens``. Default: `False`.
         initial_state: Accepts ``initial_state``. Default: `True`.
@@ -73,6 +80,8 @@ class Capabilities:
     feature_maps: tuple[FeatureMap, ...] = ("identity",)
     configurable: bool = False
     decay: bool = False
+    gates: tuple[Gate, ...] = ("scalar",)
+    decay_required: bool = False
     backward: bool = True
     varlen: bool = False
     initial_state: bool = True
@@ -96,6 +105,10 @@ class Capabilities:
                 f"Got feature_maps={self.feature_maps!r}; each must be one of "
                 f"{get_args(FeatureMap)}."
             )
+        if not self.gates or any(g not in GATES for g in self.gates):
+            raise InvalidArgument(f"Got gates={self.gates!r}; each must be one of {GATES}.")
+        if self.decay_required and not self.decay:
+            raise InvalidArgument("Got decay_required=True with decay=False.")
         bad_dtypes = [d for d in (*self.dtypes, *self.even_head_dims) if d not in DTYPE_NAMES]
         if not self.dtypes or bad_dtypes:
             raise InvalidArgument(
@@ -184,6 +197,7 @@ class Kernel:
         cap = self.capabilities
         _, _, _, K, V = problem.shape
         dtype = dtype_name(problem.q.dtype)
+        gate = "vector" if problem.vector_gate else "scalar"
         checks = [
             (dtype in cap.dtypes, f"dtype {dtype} not in {cap.dtypes}"),
             (problem.normalize in cap.normalize, f"normalize={problem.normalize} unsupported"),
@@ -196,6 +210,12 @@ class Kernel:
                 f"eps={problem.eps} differs from the kernel's eps={cap.eps}",
             ),
             (problem.g is None or cap.decay or self.implied_decay is not None, "no decay support"),
+            (problem.g is not None or not cap.decay_required, "g is required (decay_required)"),
+            (
+                problem.g is None or self.implied_decay is not None or gate in cap.gates,
+                f"{gate} gates (g {'[B, T, H, K]' if problem.vector_gate else '[B, T, H]'}) not "
+                f"declared (gates={cap.gates})",
+            ),
             (problem.cu_seqlens is None or cap.varlen, "no varlen support"),
             (problem.initial_state is None or cap.initial_state, "no initial-state support"),
             (not problem.output_final_state or cap.final_state, "no final-state output"),
@@ -208,9 +228,6 @@ class Kernel:
                 f"odd head dims K={K}, V={V} in {dtype}",
             ),
         ]
-        # TODO(#13): a Capabilities field for vector gates; no kernel declares them yet.
-        if problem.vector_gate:
-            return f"{self.name}: vector gates (g [B, T, H, K]) not declared"
         for ok, reason in checks:
             if not ok:
                 return f"{self.name}: {reason}"

@@ -48,8 +48,18 @@ LONG_HEAD_DIM = 128
 DEFAULT_CHUNK = 64
 """The chunk boundary checked for a kernel that declares no chunk size."""
 
+REACH_HEADS = 2
+"""H of every reach case: a head stride is exercised without doubling the cost of long ones."""
+
 RERUNS = 3
 """Extra forward runs at each size where the work is split (T > C): four calls in all."""
+
+VECTOR_BOUND_ELEMENTS = 2 * 64 * 512**2
+"""The largest H·K·T² of a reach case with a vector gate (H = 2, K = 64, T = 512). The vector-gate
+bounds hold [H, K, T, T] float64 weights (docs/error-model.md §2.7): measured on the 2-core CPU,
+T = 512 at K = 64 takes 14 s and 2.1 GB for the gradient bound, T = 1024 would take four times
+that. Kernels that take scalar gates reach every size with them; those that take only vector
+gates (FLA's GLA) stop here."""
 
 PROPERTIES = ("outputs_match_oracle", "gradients_match_oracle")
 """The properties run at each reach size: the forward pass and the backward pass."""
@@ -94,8 +104,16 @@ def chunk_sizes(kernel: Kernel) -> tuple[int, ...]:
     return (DEFAULT_CHUNK,)
 
 
+def vector_gated(kernel: Kernel) -> bool:
+    """Whether ``kernel``'s decay is a vector gate only (its reach cases then have one)."""
+    cap = kernel.capabilities
+    return cap.decay and kernel.implied_decay is None and "scalar" not in cap.gates
+
+
 def boundary_sizes(kernel: Kernel, *, max_seq_len: int | None = None) -> tuple[Size, ...]:
     """The sizes of the reach for ``kernel``, cheapest first, within its head-dim limits.
+
+    For a kernel that takes only vector gates, sizes past `VECTOR_BOUND_ELEMENTS` are left out.
 
     Args:
         kernel: The kernel under test (its chunk sizes and head-dim limits).
@@ -109,7 +127,11 @@ def boundary_sizes(kernel: Kernel, *, max_seq_len: int | None = None) -> tuple[S
     head = max(lo, min(SEQ_HEAD_DIM, hi))
     sizes: dict[tuple[int, int, int], Size] = {}
 
+    vector = vector_gated(kernel)
+
     def add(T: int, K: int, V: int, why: str, rerun: bool = False) -> None:
+        if vector and REACH_HEADS * K * T * T > VECTOR_BOUND_ELEMENTS:
+            return
         if 1 <= T <= top_T and lo <= min(K, V) and max(K, V) <= hi:
             sizes.setdefault((T, K, V), Size(T, K, V, why, rerun))
 
@@ -173,7 +195,7 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
     spec = ProblemSpec(
         B=1,
         T=size.T if segments is None else sum(segments),
-        H=2,
+        H=REACH_HEADS,
         K=size.K,
         V=size.V,
         dtype=dtype,
@@ -187,6 +209,7 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
         output_final_state=cap.final_state,
         segments=segments,
         seed=rng.randrange(2**31),
+        gate="vector" if decays and vector_gated(kernel) else "scalar",
     )
     if dtype in cap.even_head_dims and odd:
         # Every dtype the kernel takes wants even dims: step up to the next even size.

@@ -34,6 +34,7 @@ FULL = Capabilities(
     feature_maps=("identity", "elu1", "relu"),
     configurable=True,
     decay=True,
+    gates=("scalar", "vector"),
     varlen=True,
     zero_denominator="zero",
 )

@@ -478,7 +478,7 @@ def depends_on_rows(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Ten
     dk_j, dv_j, dg_j for j <= t; dS_0 and dz_0 of the sequence (docs/error-model.md §3).
 
     Returns:
-        Boolean masks for ``q``, ``k``, ``v`` (``[B, T, H, K|V]``), ``g`` (``[B, T, H]``),
+        Boolean masks for ``q``, ``k``, ``v`` (``[B, T, H, K|V]``), ``g`` (g's shape),
         ``initial_state`` (``[N, H, K, V]``) and ``initial_key_sum`` (``[N, H, K]``).
     """
     B, T, H, K, V = problem.shape
@@ -496,7 +496,7 @@ def depends_on_rows(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Ten
         "q": rows[..., None].expand(B, T, H, K),
         "k": later[..., None].expand(B, T, H, K),
         "v": later[..., None].expand(B, T, H, V),
-        "g": later,
+        "g": later[..., None].expand(B, T, H, K) if problem.vector_gate else later,
         "initial_state": sequence[..., None, None].expand(N, H, K, V),
         "initial_key_sum": sequence[..., None].expand(N, H, K),
     }

@@ -55,6 +55,13 @@ ZeroDenominator = Literal["zero", "ieee", "any"]
 ZERO_DENOMINATORS: tuple[ZeroDenominator, ...] = get_args(ZeroDenominator)
 """The zero-denominator conventions a kernel may declare."""
 
+Gate = Literal["scalar", "vector"]
+"""The shape of a log decay g: ``scalar`` ``[B, T, H]`` (one gate per token and head) or
+``vector`` ``[B, T, H, K]`` (one per key dimension, GLA's)."""
+
+GATES: tuple[Gate, ...] = get_args(Gate)
+"""The gate shapes, scalar first (what a search shrinks toward)."""
+
 
 def torch_dtype(name: str) -> torch.dtype:
     """Return the torch dtype named ``name`` (one of `DTYPE_NAMES`).
@@ -78,6 +85,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 __all__ = [
     "DTYPE_NAMES",
     "FORMS",
+    "GATES",
     "KERNEL_DTYPES",
     "ZERO_DENOMINATORS",
     "Accumulation",
@@ -87,6 +95,7 @@ __all__ = [
     "DtypeName",
     "FeatureMap",
     "Form",
+    "Gate",
     "LowDtype",
     "OracleMethod",
     "ZeroDenominator",

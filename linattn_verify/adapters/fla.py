@@ -18,6 +18,10 @@ name                                      form        norm.  decay  h0/hT   varl
 ``fla/retention.chunk``                   chunk 64    no     γ_h    yes     yes     2
 ``fla/retention.fused_recurrent``         recurrent   no     γ_h    yes     yes     0
 ``fla/retention.parallel``                parallel    no     γ_h    no      yes     2
+``fla/gla.chunk``                         chunk 64    no     g [K]  yes     yes     3
+``fla/gla.fused_recurrent``               recurrent   no     g [K]  yes     yes     0
+``fla/lightning_attn.chunk``              chunk 64    no     λ_h    yes     yes     2
+``fla/lightning_attn.fused_recurrent``    recurrent   no     λ_h    yes     yes     0
 ========================================  ==========  =====  =====  ======  ======  ============
 
 What FLA computes, read off its 0.6.0 sources:
@@ -33,6 +37,14 @@ What FLA computes, read off its 0.6.0 sources:
 * simple_gla takes our g ``[B, T, H]`` (natural log) as is. RetNet's decay is fixed per head:
   γ_h = 1 - 2^(-5-h), applied as ``log`` of it in float32 (`retention_log_decay`, the kernels'
   `Kernel.implied_decay`).
+* gla takes our vector gate g ``[B, T, H, K]`` (natural log) as is: ``chunk_gla``'s ``g``,
+  ``fused_recurrent_gla``'s ``gk``. ``chunk_gla`` asserts a gate (``decay_required``: it is
+  never given g = None); ``fused_recurrent_gla`` takes ``gk=None``. Its value gate ``gv``
+  (S_t = S_{t-1} diag(exp(gv_t)), a decay per value column) is outside the harness's
+  semantics, which gates keys only: not adapted.
+* lightning_attn's decay is fixed per head and layer: g_h = -(8/H)(1 - l/L) h for layer l of L,
+  computed by torch in float32 (`lightning_log_decay`); the adapters run layer l = 0 (any L),
+  the steepest layer: g_h = -8h/H.
 * ``parallel_simple_gla`` and ``parallel_retention`` take no initial state and return no final
   state (their second result is the optional attention matrix, dropped here).
 
@@ -63,6 +75,7 @@ oracle reports the overflow as a non-finite mismatch.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -103,6 +116,10 @@ _LOW_CASTS: dict[str, int] = {
     "fused_chunk": 2,
     # Everything in fp32 registers; only the output is rounded (charged as the output cast).
     "fused_recurrent": 0,
+    # chunk_gla: (q * exp(G)).to(q.dtype) and the state h (states_in_fp32=False) before their
+    # tl.dot, and the decayed keys of the state update; the intra-chunk scores A, cast to v's
+    # dtype, are on the other path.
+    "chunk+vector": 3,
     # (q * scale).to(q.dtype) and the scores cast before the tl.dot with v.
     "parallel": 2,
     # torch in the input dtype, on the denominator path: z_0 (see `_linear_attn`), k_cum,
@@ -130,6 +147,57 @@ def retention_log_decay(problem: Problem) -> torch.Tensor:
     heads = torch.arange(H, dtype=torch.float32, device=problem.q.device)
     gamma = (1 - 2.0 ** (-5.0 - heads)).log()
     return gamma.expand(B, T, H).contiguous()
+
+
+LIGHTNING_LAYER = (0, 1)
+"""The (layer_idx, num_layers) the lightning_attn adapters run: layer 0, the steepest decay."""
+
+
+def lightning_log_decay(problem: Problem) -> torch.Tensor:
+    """Return the log decay FLA's lightning_attn kernels apply at `LIGHTNING_LAYER`.
+
+    FLA computes ``-(8 / H * (1 - layer_idx / num_layers)) * torch.arange(H, dtype=torch.float)``
+    (a Python float times float32 head indices, rounded once in float32); the same expression
+    here gives the same values.
+
+    Args:
+        problem: The problem; only its shape ``[B, T, H, ...]`` matters.
+
+    Returns:
+        g ``[B, T, H]`` (float32, on the problem's device).
+    """
+    B, T, H = problem.q.shape[:3]
+    layer, layers = LIGHTNING_LAYER
+    heads = torch.arange(H, dtype=torch.float32, device=problem.q.device)
+    return (-(8 / H * (1 - layer / layers)) * heads).expand(B, T, H).contiguous()
+
+
+def _gla(fla_fn: KernelFn, *, gate_name: str) -> KernelFn:
+    """Wrap a ``fla.ops.gla`` function, whose vector gate is the keyword ``gate_name``."""
+
+    def fn(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor | None = None,
+        *,
+        scale: float | None = None,
+        initial_state: torch.Tensor | None = None,
+        output_final_state: bool = False,
+        cu_seqlens: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, Any]:
+        return fla_fn(
+            q=q,
+            k=k,
+            v=v,
+            scale=scale,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens,
+            **{gate_name: g},
+        )
+
+    return fn
 
 
 def _linear_attn(fla_fn: KernelFn, *, normalize: bool) -> KernelFn:
@@ -182,7 +250,7 @@ def _linear_attn(fla_fn: KernelFn, *, normalize: bool) -> KernelFn:
 
 
 def _gated(fla_fn: KernelFn, *, states: bool, takes_g: bool) -> KernelFn:
-    """Wrap a simple_gla (``takes_g``) or retention function; ``states``: h0 and hT exist."""
+    """Wrap a simple_gla (``takes_g``), retention or lightning_attn function; ``states``: h0, hT."""
 
     def fn(
         q: torch.Tensor,
@@ -200,7 +268,8 @@ def _gated(fla_fn: KernelFn, *, states: bool, takes_g: bool) -> KernelFn:
             kwargs["g"] = g
         elif g is not None:
             raise InvalidArgument(
-                "FLA's retention kernels apply their own per-head decay and take no g."
+                "This FLA kernel (retention, lightning_attn) applies its own per-head decay and "
+                "takes no g."
             )
         if states:
             kwargs.update(initial_state=initial_state, output_final_state=output_final_state)
@@ -277,7 +346,7 @@ def _load() -> dict[str, Any]:
         warnings.simplefilter("ignore")
         modules = {
             name: importlib.import_module(f"fla.ops.{name}")
-            for name in ("linear_attn", "simple_gla", "retention")
+            for name in ("linear_attn", "simple_gla", "retention", "gla", "lightning_attn")
         }
     return {"interpreted": interpreting(), **modules}
 
@@ -291,7 +360,7 @@ def fla_kernels() -> list[Kernel]:
     is in effect when this is called. See the module docstring for the table of kernels.
 
     Returns:
-        The 12 kernels, linear_attn first, then simple_gla, then retention.
+        The 16 kernels: linear_attn, simple_gla, retention, gla, lightning_attn.
 
     Raises:
         ImportError: when FLA (``fla-core==0.6.0``) is not installed, or was imported before the
@@ -401,7 +470,44 @@ def fla_kernels() -> list[Kernel]:
             casts=casts,
             implied_decay=retention_log_decay,
         )
+
+    vector_gated = Capabilities(decay=True, gates=("vector",), varlen=True)
+    vector_variants: list[tuple[str, Form, Capabilities, str, str]] = [
+        ("chunk", "chunk", replace(vector_gated, decay_required=True), "g", "chunk+vector"),
+        ("fused_recurrent", "recurrent", vector_gated, "gk", "fused_recurrent"),
+    ]
+    for variant, form, cap, gate_name, casts in vector_variants:
+        fla_fn = getattr(fla["gla"], f"{variant}_gla")
+        add(f"gla.{variant}", _gla(fla_fn, gate_name=gate_name), cap, form=form, casts=casts)
+
+    layer, layers = LIGHTNING_LAYER
+    lightning_variants: list[tuple[str, Form, str]] = [
+        ("chunk", "chunk", "chunk+decay"),
+        ("fused_recurrent", "recurrent", "fused_recurrent"),
+    ]
+    for variant, form, casts in lightning_variants:
+        fla_fn = getattr(fla["lightning_attn"], f"{variant}_lightning_attn")
+        add(
+            f"lightning_attn.{variant}",
+            _gated(
+                functools.partial(fla_fn, layer_idx=layer, num_layers=layers),
+                states=True,
+                takes_g=False,
+            ),
+            fixed,
+            form=form,
+            casts=casts,
+            implied_decay=lightning_log_decay,
+        )
     return kernels
 
 
-__all__ = ["CHUNK_SIZE", "FLA_EPS", "FLA_REQUIREMENT", "fla_kernels", "retention_log_decay"]
+__all__ = [
+    "CHUNK_SIZE",
+    "FLA_EPS",
+    "FLA_REQUIREMENT",
+    "LIGHTNING_LAYER",
+    "fla_kernels",
+    "lightning_log_decay",
+    "retention_log_decay",
+]

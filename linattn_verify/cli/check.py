@@ -41,9 +41,16 @@ def add_parser(sub: Any) -> None:
     )
     sem.add_argument(
         "--decay",
-        choices=("none", "data"),
+        choices=("none", "scalar", "vector", "data"),
         default="none",
-        help="'data': the kernel takes g [B, T, H]. Default: %(default)r",
+        help="the log decay g the kernel takes: 'scalar' g [B, T, H] ('data' is an alias), "
+        "'vector' g [B, T, H, K] (a gate per key dimension, GLA's). Default: %(default)r",
+    )
+    sem.add_argument(
+        "--decay-required",
+        action="store_true",
+        help="the kernel takes no g=None (FLA's chunk_gla asserts a gate): problems without "
+        "decay are given g = 0 instead",
     )
     sem.add_argument(
         "--feature-map",
@@ -295,7 +302,9 @@ def _kernel_source(args: argparse.Namespace, *, on_cuda: bool) -> Any:
         normalize=(args.normalized,),
         eps=args.eps if args.normalized else 0.0,
         feature_maps=(args.feature_map,),
-        decay=args.decay == "data",
+        decay=args.decay != "none",
+        gates=("vector",) if args.decay == "vector" else ("scalar",),
+        decay_required=args.decay_required,
         backward=not args.no_backward,
         varlen=args.varlen,
         initial_state=not args.no_initial_state,

@@ -31,7 +31,7 @@ from linattn_verify.strategies._tensors import (
     LAYOUTS,
     LOW_PRECISION_DTYPES,
     VALUE_FAMILIES,
-    decay_families,
+    VECTOR_DECAY_FAMILIES,
     decay_values,
     family_values,
     float_dtypes,
@@ -40,7 +40,7 @@ from linattn_verify.strategies._tensors import (
     value_families,
 )
 from linattn_verify.strategies._tensors import layouts as layout_names
-from linattn_verify.typing import FeatureMap
+from linattn_verify.typing import GATES, FeatureMap, Gate
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,12 @@ class ProblemSpec:
 
     The fields mirror `linattn_verify.semantics.validate_problem`'s arguments, plus the value
     and decay families, the varlen ``segments`` (lengths, or `None`), the generator ``seed`` and
-    the memory ``layout`` of q, k, v and g (see `LAYOUTS`), and ``omit``: the arguments (of
+    the memory ``layout`` of q, k, v and g (see `LAYOUTS`), ``omit``: the arguments (of
     `linattn_verify.semantics.OMITTABLE`, in that order) the kernel call leaves out where they
     are at their default, so the kernel's own defaults are exercised (`Problem.omit`; empty:
-    every argument passed explicitly). Its ``repr`` is valid Python.
+    every argument passed explicitly), and the ``gate`` shape (``"scalar"``: g ``[B, T, H]`` from
+    `DECAY_FAMILIES`; ``"vector"``: g ``[B, T, H, K]`` from `VECTOR_DECAY_FAMILIES`, never with
+    decay ``"none"``). Its ``repr`` is valid Python.
     """
 
     B: int
@@ -73,6 +75,7 @@ class ProblemSpec:
     seed: int
     layout: str = "contiguous"
     omit: tuple[str, ...] = ()
+    gate: Gate = "scalar"
 
     def __post_init__(self) -> None:
         for name in ("B", "T", "H", "K", "V"):
@@ -83,13 +86,18 @@ class ProblemSpec:
             ("dtype", tuple(DTYPES)),
             ("feature_map", get_args(FeatureMap)),
             ("values", VALUE_FAMILIES),
-            ("decay", DECAY_FAMILIES),
+            ("gate", GATES),
+            ("decay", VECTOR_DECAY_FAMILIES if self.gate == "vector" else DECAY_FAMILIES),
             ("layout", LAYOUTS),
         ):
             if getattr(self, name) not in allowed:
                 raise InvalidArgument(
                     f"Got {name}={getattr(self, name)!r}, but {name} must be one of {allowed}."
                 )
+        if self.gate == "vector" and self.decay == "none":
+            raise InvalidArgument(
+                "Got gate='vector' with decay='none'; a problem without decay has gate='scalar'."
+            )
         if not isinstance(self.omit, tuple) or self.omit != tuple(
             n for n in OMITTABLE if n in self.omit
         ):
@@ -108,7 +116,7 @@ class ProblemSpec:
         k = family_values(self.values, "k", (B, T, H, K), gen, near_max=big)
         v_family = "normal" if self.values == "underflowing_features" else self.values
         v = family_values(v_family, "v", (B, T, H, V), gen, near_max=big)
-        g = decay_values(self.decay, (B, T, H), gen)
+        g = decay_values(self.decay, (B, T, H, K) if self.gate == "vector" else (B, T, H), gen)
         N = B if self.segments is None else len(self.segments)
         h0: Any = None
         if self.initial_state:
@@ -166,7 +174,8 @@ def problem_specs(
     dtypes: Sequence[str] = LOW_PRECISION_DTYPES,
     feature_maps: Sequence[FeatureMap] = get_args(FeatureMap),
     values: Sequence[str] = VALUE_FAMILIES,
-    decays: Sequence[str] = DECAY_FAMILIES,
+    decays: Sequence[str] = VECTOR_DECAY_FAMILIES,
+    gates: Sequence[Gate] = GATES,
     normalize: Sequence[bool] = (False, True),
     varlen: bool = True,
     eps_values: Sequence[float] = (0.0, 1e-6, 1e-2),
@@ -206,7 +215,9 @@ def problem_specs(
         dtypes: Input dtype names. Default: `("float32", "float16", "bfloat16")`.
         feature_maps: Feature maps. Default: all.
         values: Value families. Default: all (`VALUE_FAMILIES`).
-        decays: Decay families. Default: all (`DECAY_FAMILIES`).
+        decays: Decay families (of `VECTOR_DECAY_FAMILIES`; a scalar gate draws those of
+            `DECAY_FAMILIES` among them). Default: all.
+        gates: Gate shapes to draw where the decay is not ``"none"`` (`GATES`). Default: both.
         normalize: Output semantics to draw. Default: `(False, True)`.
         varlen: Whether packed sequences may be drawn. Default: `True`.
         eps_values: eps values for normalized cases. Default: `(0.0, 1e-6, 1e-2)`.
@@ -238,7 +249,17 @@ def problem_specs(
     dtypes = check_choices("dtypes", dtypes, tuple(DTYPES))
     feature_maps = check_choices("feature_maps", feature_maps, get_args(FeatureMap))
     values = check_choices("values", values, VALUE_FAMILIES)
-    decays = check_choices("decays", decays, DECAY_FAMILIES)
+    decays = check_choices("decays", decays, VECTOR_DECAY_FAMILIES)
+    gates = check_choices("gates", gates, GATES)
+    scalar_decays = tuple(
+        d for d in decays if d == "none" or (d in DECAY_FAMILIES and "scalar" in gates)
+    )
+    vector_decays = tuple(d for d in decays if d != "none") if "vector" in gates else ()
+    if not scalar_decays and not vector_decays:
+        raise InvalidArgument(
+            f"Got decays={decays!r} with gates={gates!r}: no decay family fits a gate shape "
+            f"(a scalar gate takes {DECAY_FAMILIES})."
+        )
     layouts = check_choices("layouts", layouts, LAYOUTS)
     omittable = check_choices("omittable", omittable, OMITTABLE, empty=True)
     normalize = _check_flags("normalize", normalize)
@@ -263,7 +284,7 @@ def problem_specs(
         dtypes=dtypes,
         feature_maps=feature_maps,
         values=values,
-        decays=decays,
+        decays={"scalar": scalar_decays, "vector": vector_decays},
         normalize=normalize,
         varlen=varlen,
         eps_values=tuple(float(e) for e in eps_values),
@@ -287,7 +308,7 @@ def _problem_specs(
     dtypes: tuple[str, ...],
     feature_maps: tuple[FeatureMap, ...],
     values: tuple[str, ...],
-    decays: tuple[str, ...],
+    decays: dict[Gate, tuple[str, ...]],
     normalize: tuple[bool, ...],
     varlen: bool,
     eps_values: tuple[float, ...],
@@ -309,6 +330,8 @@ def _problem_specs(
     K, V = draw(head_dim, label="K"), draw(head_dim, label="V")
     if dtype in even_head_dims:
         K, V = _even(K, *head_dim_range), _even(V, *head_dim_range)
+    gate = draw(st.sampled_from([kind for kind in GATES if decays[kind]]), label="gate")
+    decay = draw(st.sampled_from(decays[gate]), label="decay")
     spec = ProblemSpec(
         B=1 if use_varlen else draw(batch_sizes(max_value=max_batch_size), label="B"),
         T=seq_len,
@@ -321,11 +344,12 @@ def _problem_specs(
         eps=draw(st.sampled_from(eps_values), label="eps") if is_normalized else 0.0,
         scale=draw(scales(), label="scale"),
         values=draw(value_families(names=families), label="values"),
-        decay=draw(decay_families(names=decays), label="decay"),
+        decay=decay,
         initial_state=draw(st.sampled_from(initial_state), label="initial_state"),
         output_final_state=draw(st.sampled_from(final_state), label="output_final_state"),
         segments=draw(seq_packings(seq_len), label="segments") if use_varlen else None,
         seed=draw(st.integers(0, 2**31 - 1), label="seed"),
+        gate=gate,
         layout=draw(layout_names(names=layouts), label="layout"),
     )
     # The calling style, drawn last so that it cannot shift the draws of the case itself.
@@ -367,18 +391,18 @@ def kernel_specs(
     max_seq_len: int = 48,
     max_head_dim: int = 12,
     values: Sequence[str] = VALUE_FAMILIES,
-    decays: Sequence[str] = DECAY_FAMILIES,
+    decays: Sequence[str] = VECTOR_DECAY_FAMILIES,
     layouts: Sequence[str] = LAYOUTS,
 ) -> st.SearchStrategy[ProblemSpec]:
     """Generate `ProblemSpec` for cases ``kernel`` declares it supports (and only those).
 
     Every option is drawn from what `Capabilities` allows (dtypes, feature maps, normalization
-    and eps, decay, varlen, initial and final state, head-dim limits), so ``kernel.supports``
-    accepts every spec; T covers every residue mod the kernel's chunk sizes. The exclusions of
-    `problem_specs` apply. The calling style may leave out what `Kernel.call` would pass this
-    kernel at its default: ``scale`` and ``output_final_state`` always; ``initial_state``,
-    ``cu_seqlens`` and ``g`` where it declares them (g not with an implied decay); ``normalize``,
-    ``eps`` and ``feature_map`` where it is ``configurable``.
+    and eps, decay and its gate shapes, varlen, initial and final state, head-dim limits), so
+    ``kernel.supports`` accepts every spec; T covers every residue mod the kernel's chunk sizes.
+    The exclusions of `problem_specs` apply. The calling style may leave out what `Kernel.call`
+    would pass this kernel at its default: ``scale`` and ``output_final_state`` always;
+    ``initial_state``, ``cu_seqlens`` and ``g`` where it declares them (g not with an implied
+    decay); ``normalize``, ``eps`` and ``feature_map`` where it is ``configurable``.
 
     Args:
         kernel: The kernel under test; its `Capabilities` filter every draw.
@@ -386,7 +410,8 @@ def kernel_specs(
         max_seq_len: Longest T. Default: `48`.
         max_head_dim: Largest K and V (capped by the kernel's limit). Default: `12`.
         values: Value families to draw from. Default: every family.
-        decays: Decay families to draw from (only ``"none"`` without decay support). Default: all.
+        decays: Decay families to draw from (only ``"none"`` without decay support; a scalar
+            gate draws those of `DECAY_FAMILIES` among them). Default: all.
         layouts: Memory layouts to draw from. Default: all.
 
     Raises:
@@ -401,7 +426,7 @@ def kernel_specs(
         raise InvalidArgument(f"Kernel {kernel.name} takes none of the dtypes {tuple(DTYPES)}.")
     check_int("max_head_dim", max_head_dim)
     declared = {
-        "g": cap.decay and kernel.implied_decay is None,
+        "g": cap.decay and not cap.decay_required and kernel.implied_decay is None,
         "initial_state": cap.initial_state,
         "cu_seqlens": cap.varlen,
         "normalize": cap.configurable,
@@ -416,7 +441,8 @@ def kernel_specs(
         dtypes=dtypes,
         feature_maps=cap.feature_maps,
         values=values,
-        decays=decays if cap.decay else ("none",),
+        decays=_kernel_decays(kernel, decays),
+        gates=cap.gates if cap.decay and kernel.implied_decay is None else ("scalar",),
         normalize=cap.normalize,
         varlen=cap.varlen,
         eps_values=(0.0, 1e-6, 1e-2) if cap.configurable else (cap.eps,),
@@ -427,6 +453,18 @@ def kernel_specs(
         even_head_dims=tuple(d for d in cap.even_head_dims if d in dtypes),
         omittable=tuple(n for n in OMITTABLE if declared.get(n, True)),
     )
+
+
+def _kernel_decays(kernel: Kernel, decays: Sequence[str]) -> tuple[str, ...]:
+    """The decay families of ``decays`` that ``kernel`` takes (only ``"none"`` without decay)."""
+    cap = kernel.capabilities
+    if not cap.decay:
+        return ("none",)
+    if cap.decay_required:
+        # No decay is g = 0 for a kernel that requires g: the "zero" family.
+        kept = tuple(d for d in decays if d != "none")
+        return kept or ("zero",)
+    return tuple(decays)
 
 
 __all__ = ["ProblemSpec", "kernel_specs", "problem_specs"]

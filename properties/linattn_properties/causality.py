@@ -57,7 +57,7 @@ def _perturbed(problem: Problem, mask: torch.Tensor, seed: int) -> Problem:
     if g is not None:
         # Any log decay <= 0, including the steep ones that make exp underflow.
         new_g = (-10.0 * torch.rand(g.shape, generator=gen)).to(g.device, g.dtype)
-        g = torch.where(mask[..., None], new_g, g)
+        g = torch.where(mask.reshape(*mask.shape, *([1] * (g.ndim - 2))), new_g, g)
     return problem.with_tensors(
         q=fresh(problem.q, 3.0), k=fresh(problem.k, 3.0), v=fresh(problem.v, 5.0), g=g
     )

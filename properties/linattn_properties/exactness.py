@@ -115,7 +115,9 @@ def _dyadic_problem(
     k = (ints(B, T, H, K) * 2.0**e_k).to(dtype)
     v = (ints(B, T, H, V) * 2.0**e_v).to(dtype)
     cap = kernel.capabilities
-    g = torch.zeros(B, T, H) if spec.decay != "none" and cap.decay else None
+    # exp(0) = 1 exactly: the only gate every kernel applies without rounding.
+    gate_shape = (B, T, H, K) if spec.gate == "vector" else (B, T, H)
+    g = torch.zeros(gate_shape) if spec.decay != "none" and cap.decay else None
     unit_z = 2.0 ** (e_s + e_q + e_k)
     if cap.configurable:
         eps = rng.choice([0.0, unit_z]) if spec.normalize else 0.0

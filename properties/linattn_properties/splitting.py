@@ -60,10 +60,12 @@ def _carried_state_error(
 ) -> dict[str, torch.Tensor]:
     """Bound the exact effect, on o[s:], S_T and z_T, of a state error |E_S| <= e_S, |E_z| <= e_z.
 
-    With w_t = exp(G_t - G_s) (the decay from s to t) the state error enters linearly:
-    ΔN_t = s w_t φ(q_t)^T E_S, ΔZ_t = s w_t φ(q_t)·E_z, ΔS_T = w_T E_S, Δz_T = w_T E_z, so
+    With w_t = exp(G_t - G_s) the decay from s to t (a vector over the key dimensions, the
+    scalar gate's repeated) the state error enters linearly:
+    ΔN_t = s (w_t ⊙ φ(q_t))^T E_S, ΔZ_t = s (w_t ⊙ φ(q_t))·E_z, ΔS_T = diag(w_T) E_S,
+    Δz_T = w_T ⊙ E_z, so
 
-        |ΔN_t| <= A_t = |s| w_t |φ(q_t)|^T e_S        |ΔZ_t| <= C_t = |s| w_t |φ(q_t)|·e_z
+        |ΔN_t| <= A_t = |s| (w_t ⊙ |φ(q_t)|)^T e_S    |ΔZ_t| <= C_t = |s| (w_t ⊙ |φ(q_t)|)·e_z
         unnormalized  |Δo_t| <= A_t
         normalized    |Δo_t| = |ΔN_t - o_t ΔZ_t| / |Z_t + ΔZ_t| <= (A_t + |o_t| C_t) / (|Z_t| - C_t)
 
@@ -72,16 +74,18 @@ def _carried_state_error(
     p = problem.to(torch.float64)
     phi_q = apply_feature_map(p.q[:, s:], p.feature_map).abs()  # [B, L, H, K]
     if p.g is None:
-        w = torch.ones(phi_q.shape[:3], dtype=torch.float64)
+        w = torch.ones_like(phi_q)
     else:
-        w = torch.exp(torch.cumsum(p.g[:, s:], dim=1))  # [B, L, H]
-    coeff = abs(p.scale) * w
-    A = coeff[..., None] * torch.einsum("blhk,bhkv->blhv", phi_q, e_S)
-    carried = {"final_state": w[:, -1, :, None, None] * e_S}
+        # The decay from s to t, per key dimension (a scalar gate repeated over K).
+        G = torch.cumsum(p.g[:, s:], dim=1)
+        w = torch.exp(G if p.vector_gate else G[..., None]).expand_as(phi_q)  # [B, L, H, K]
+    weighted_q = abs(p.scale) * w * phi_q
+    A = torch.einsum("blhk,bhkv->blhv", weighted_q, e_S)
+    carried = {"final_state": w[:, -1, :, :, None] * e_S}
     if not p.normalize:
         carried["o"] = A
         return carried
-    C = coeff * torch.einsum("blhk,bhk->blh", phi_q, e_z)
+    C = torch.einsum("blhk,bhk->blh", weighted_q, e_z)
     tb = fb_whole["o"]
     assert tb.residual is not None
     Z = tb.residual.denominator[:, s:, :, 0].abs()
@@ -89,7 +93,7 @@ def _carried_state_error(
     room = (Z - C)[..., None]
     carried["o"] = torch.where(room > 0, safe_ratio(A + o * C[..., None], room), torch.inf)
     carried["o"] = torch.where((Z == 0)[..., None] & (A == 0), 0.0, carried["o"])
-    carried["final_key_sum"] = w[:, -1, :, None] * e_z
+    carried["final_key_sum"] = w[:, -1] * e_z
     return carried
 
 

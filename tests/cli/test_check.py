@@ -43,6 +43,15 @@ KERNELS = textwrap.dedent(
                        output_final_state=output_final_state, cu_seqlens=cu_seqlens)
 
 
+    def vector_gates_only(q, k, v, g=None, *, scale=None, initial_state=None,
+                          output_final_state=False, cu_seqlens=None):
+        # FLA's chunk_gla: a gate [B, T, H, K] is required.
+        if g is None or g.ndim != 4:
+            raise ValueError(f"g must be [B, T, H, K], got {None if g is None else g.shape}")
+        return correct(q, k, v, g, scale=scale, initial_state=initial_state,
+                       output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+
+
     not_callable = 3
     """
 )
@@ -113,6 +122,26 @@ def test_unloadable_target_is_a_usage_error(
     code = _check(target.format(file=target_file), report=tmp_path / "r")
     assert code == EXIT_USAGE
     assert "TARGET" in capsys.readouterr().err
+
+
+def test_a_vector_gate_kernel_is_given_vector_gates_only(target_file: Path, tmp_path: Path) -> None:
+    target = f"{target_file}:vector_gates_only"
+    vector = ["--decay", "vector", "--decay-required"]
+    assert _check(target, *vector, report=tmp_path / "vector") == EXIT_OK
+    held = {v["property"] for v in _verdicts(tmp_path / "vector") if v["status"] == "held"}
+    assert {"outputs_match_oracle", "gradients_match_oracle", "causal_gradients_exact"} <= held
+    # Declared as taking a scalar gate, the same kernel fails: the flags are what is searched.
+    assert _check(target, "--decay", "scalar", report=tmp_path / "scalar") == EXIT_FAILED
+
+
+def test_decay_required_without_decay_is_a_usage_error(
+    target_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _check(
+        f"{target_file}:correct", "--decay", "none", "--decay-required", report=tmp_path / "r"
+    )
+    assert code == EXIT_USAGE
+    assert "decay_required" in capsys.readouterr().err
 
 
 def test_bad_flag_is_a_usage_error(target_file: Path) -> None:

@@ -14,7 +14,9 @@ from linattn_verify.checking import SLICES, CheckListener, SearchSettings, check
 from linattn_verify.kernel import Kernel
 from linattn_verify.reach import (
     MAX_SEQ_LEN,
+    REACH_HEADS,
     RERUNS,
+    VECTOR_BOUND_ELEMENTS,
     Item,
     ReachRun,
     Size,
@@ -102,6 +104,24 @@ def test_reach_specs_are_supported_realistic_and_reproducible() -> None:
             assert sum(spec.segments) == spec.T
             assert all(n > 0 for n in spec.segments)
             assert spec.segments[-1] == size.T, "the size's sequence starts at an offset"
+
+
+def test_a_vector_gate_only_kernel_reaches_what_the_vector_bound_can_hold() -> None:
+    vector_only = _chunked(64, gates=("vector",))
+    sizes = boundary_sizes(vector_only)
+    assert sizes
+    assert all(REACH_HEADS * s.K * s.T**2 <= VECTOR_BOUND_ELEMENTS for s in sizes)
+    # T = 512 at K = 64 still fits; 513 does not.
+    assert {(512, 64), (65, 256)} <= {(s.T, s.K) for s in sizes}
+    assert max(s.T for s in sizes) == 512
+    for seed, size in enumerate(sizes):
+        spec = reach_spec(vector_only, size, seed)
+        assert spec.gate == "vector"
+        assert vector_only.supports(spec.build()) is None
+    # A kernel taking both shapes reaches every size with scalar gates.
+    both = _chunked(64)
+    assert max(s.T for s in boundary_sizes(both)) == MAX_SEQ_LEN
+    assert reach_spec(both, boundary_sizes(both)[0], 0).gate == "scalar"
 
 
 def test_reach_run_predicts_from_the_last_measured_item() -> None:

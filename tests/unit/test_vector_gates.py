@@ -13,10 +13,13 @@ Accuracy is judged relative to M, the same computation on absolute values
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
+from hypothesis import find, given, settings
+from hypothesis.errors import NoSuchExample
 
 from linattn_verify import oracle
 from linattn_verify.errors import InvalidArgument
@@ -28,10 +31,17 @@ from linattn_verify.oracles.mpmath_oracle import mpmath_oracle
 from linattn_verify.oracles.parallel import State, parallel_reference
 from linattn_verify.oracles.recurrent import recurrent_reference
 from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.registry import reference_kernels
 from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.strategies import VECTOR_DECAY_FAMILIES
+from linattn_verify.strategies import (
+    DECAY_FAMILIES,
+    VECTOR_DECAY_FAMILIES,
+    ProblemSpec,
+    kernel_specs,
+)
 from linattn_verify.strategies._tensors import LOGSIGMOID_NORMALIZERS, decay_values
 from linattn_verify.tolerance import backward_bounds, forward_bounds
+from linattn_verify.typing import Gate
 
 F64 = torch.float64
 # Float64 forms against each other and against mpmath, relative to M. Each output is a sum of
@@ -428,22 +438,79 @@ def test_forward_and_backward_bounds_take_vector_gates() -> None:
     assert bool(torch.isfinite(grads["g"].bound).all())
 
 
-def test_kernels_do_not_declare_vector_gates() -> None:
+@pytest.mark.parametrize("gates", [("scalar",), ("vector",), ("scalar", "vector")])
+def test_kernels_are_given_only_the_gate_shapes_they_declare(gates: tuple[Gate, ...]) -> None:
     def fn(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a kernel must not be called on a problem it does not support")
 
     caps = Capabilities(
         decay=True,
+        gates=gates,
         varlen=True,
         normalize=(False, True),
         configurable=True,
         feature_maps=("identity", "elu1", "relu"),
     )
     kernel = Kernel("test/gated", fn, caps, PrecisionRecipe(form="chunk"))
-    problem = make_problem(1, T=4, dtype=torch.float32)
-    assert kernel.supports(problem) == "test/gated: vector gates (g [B, T, H, K]) not declared"
-    assert problem.g is not None
-    assert kernel.supports(problem.with_tensors(g=problem.g[..., 0])) is None
+    vector = make_problem(1, T=4, dtype=torch.float32)
+    assert vector.g is not None
+    scalar = vector.with_tensors(g=vector.g[..., 0])
+    ungated = vector.with_tensors(g=None)
+    expected_vector = (
+        None
+        if "vector" in gates
+        else (f"test/gated: vector gates (g [B, T, H, K]) not declared (gates={gates})")
+    )
+    expected_scalar = (
+        None
+        if "scalar" in gates
+        else (f"test/gated: scalar gates (g [B, T, H]) not declared (gates={gates})")
+    )
+    assert kernel.supports(vector) == expected_vector
+    assert kernel.supports(scalar) == expected_scalar
+    assert kernel.supports(ungated) is None
+
+
+def test_capabilities_reject_unknown_gate_shapes() -> None:
+    with pytest.raises(InvalidArgument, match="gates"):
+        Capabilities(decay=True, gates=("matrix",))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="gates"):
+        Capabilities(decay=True, gates=())
+
+
+@given(spec=kernel_specs(reference_kernels()[0], max_seq_len=12, max_head_dim=6))
+@settings(max_examples=40, deadline=None)
+def test_kernel_specs_draw_both_gate_shapes_for_a_kernel_declaring_both(spec: ProblemSpec) -> None:
+    problem = spec.build()
+    assert problem.vector_gate == (spec.gate == "vector")
+    if spec.gate == "vector":
+        assert spec.decay in VECTOR_DECAY_FAMILIES
+        assert spec.decay != "none"
+    else:
+        assert spec.decay in DECAY_FAMILIES
+
+
+def test_kernel_specs_reach_vector_gates_and_their_own_families() -> None:
+    strategy = kernel_specs(reference_kernels()[0], max_seq_len=12, max_head_dim=6)
+    for family in ("mixed", "overflowing_some"):
+        found = find(strategy, lambda s, f=family: s.decay == f)
+        assert found.gate == "vector"
+    # A scalar-only kernel is never drawn a vector gate.
+    scalar_only = replace(
+        reference_kernels()[0],
+        capabilities=replace(reference_kernels()[0].capabilities, gates=("scalar",)),
+    )
+    with pytest.raises(NoSuchExample):
+        find(kernel_specs(scalar_only, max_seq_len=12), lambda s: s.gate == "vector")
+
+
+def test_problem_spec_rejects_a_vector_gate_without_decay() -> None:
+    with pytest.raises(InvalidArgument, match="gate='vector' with decay='none'"):
+        ProblemSpec(1, 2, 1, 2, 2, "float32", "identity", False, 0.0, None, "normal", "none",
+                    False, False, None, 0, gate="vector")  # fmt: skip
+    with pytest.raises(InvalidArgument, match="decay"):
+        ProblemSpec(1, 2, 1, 2, 2, "float32", "identity", False, 0.0, None, "normal", "mixed",
+                    False, False, None, 0)  # fmt: skip
 
 
 # The vector-gate families of the strategies (`VECTOR_DECAY_FAMILIES`).

@@ -13,7 +13,7 @@ float32, so a twin is exactly a reference kernel and a broken kernel differs fro
 
 The file has the helpers the kernels share, the correct twins, the broken kernels grouped by
 bug class in the order of docs/bug-classes.md, then the table `ZOO` (each broken kernel with its
-twin) and `TWINS` (each twin once). Under ``--import-mode=importlib`` a test module cannot
+twin) and `twins_of` (each twin once). Under ``--import-mode=importlib`` a test module cannot
 import a sibling module, so the zoo's ``conftest.py`` and `cli_targets.py` load this file by
 path (`linattn_verify.targets.import_file`).
 """
@@ -41,8 +41,12 @@ from linattn_verify.reference_kernels import (
     convention_kernel,
     evaluate_form,
 )
-from linattn_verify.registry import FULL
+from linattn_verify.registry import FULL as EVERYTHING
 from linattn_verify.semantics import Problem
+
+FULL = replace(EVERYTHING, gates=("scalar",))
+"""What the scalar-gate kernels here support: everything the function allows, g ``[B, T, H]``
+(the vector-gate kernels are in `vector_bugs.py`)."""
 
 F32 = torch.float32
 C = REFERENCE_CHUNK_SIZE
@@ -761,12 +765,9 @@ ZOO: tuple[ZooEntry, ...] = (
 """Every zoo kernel with its twin, in the order of docs/bug-classes.md."""
 
 
-def _twins() -> tuple[tuple[Kernel, tuple[str, ...]], ...]:
+def twins_of(zoo: tuple[ZooEntry, ...]) -> tuple[tuple[Kernel, tuple[str, ...]], ...]:
+    """Each distinct twin of ``zoo`` once, with every extra property its broken kernels add."""
     extras: dict[int, tuple[Kernel, set[str]]] = {}
-    for e in ZOO:
+    for e in zoo:
         extras.setdefault(id(e.twin), (e.twin, set()))[1].update(e.extra)
     return tuple((twin, tuple(sorted(extra))) for twin, extra in extras.values())
-
-
-TWINS = _twins()
-"""Each distinct twin once, with every extra property the searches of its broken kernels add."""

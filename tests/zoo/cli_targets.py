@@ -18,7 +18,12 @@ from typing import Any
 
 from linattn_verify.targets import import_file
 
-ZOO = import_file(Path(__file__).with_name("bugs.py"), "_linattn_zoo_kernels").ZOO
+ZOO = (
+    import_file(Path(__file__).with_name("bugs.py"), "_linattn_zoo_kernels").ZOO
+    + import_file(
+        Path(__file__).with_name("vector_bugs.py"), "_linattn_zoo_vector_kernels"
+    ).VECTOR_ZOO
+)
 
 CONFIGS: dict[str, dict[str, Any]] = {
     e.broken.name.removeprefix("zoo/"): {"normalize": e.bug_class == "normalization"} for e in ZOO
@@ -36,7 +41,8 @@ def flags(name: str) -> list[str]:
     declared = ["--form", recipe.form, "--chunk-size", str(recipe.chunk_size)]
     declared += ["--dtypes", ",".join(cap.dtypes)]
     for flag, on in (
-        ("--decay=data", cap.decay),
+        ("--decay=scalar", cap.decay and cap.gates == ("scalar",)),
+        ("--decay=vector", cap.decay and cap.gates == ("vector",)),
         ("--varlen", cap.varlen),
         ("--no-initial-state", not cap.initial_state),
         ("--no-final-state", not cap.final_state),

@@ -7,8 +7,9 @@ not only beyond them) and ``zoo_twin`` (each twin once, with its extra propertie
 ``zoo`` fixture is the whole table. The tests record what caught each broken kernel in
 ``zoo_log`` and ``zoo_cli_log``, printed at the end of the run.
 
-Under ``--import-mode=importlib`` a conftest cannot import a sibling module, so `bugs.py` is
-loaded by path (`linattn_verify.targets.import_file`), as `cli_targets.py` loads it.
+Under ``--import-mode=importlib`` a conftest cannot import a sibling module, so `bugs.py` and
+`vector_bugs.py` are loaded by path (`linattn_verify.targets.import_file`), as `cli_targets.py`
+loads them.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import pytest
 from linattn_verify.targets import import_file
 
 bugs = import_file(Path(__file__).with_name("bugs.py"), "_linattn_zoo_bugs")
-ZOO = bugs.ZOO
-TWINS = bugs.TWINS
+vector_bugs = import_file(Path(__file__).with_name("vector_bugs.py"), "_linattn_zoo_vector_bugs")
+ZOO = bugs.ZOO + vector_bugs.VECTOR_ZOO
+TWINS = bugs.twins_of(ZOO)
 
 CAUGHT: dict[str, dict[str, Any]] = {}
 """Per broken kernel: which properties failed first and after how long (the zoo table)."""

@@ -22,7 +22,7 @@ class Inputs:
     q: torch.Tensor  # [B, T, H, K], input dtype, contiguous
     k: torch.Tensor  # [B, T, H, K]
     v: torch.Tensor  # [B, T, H, V]
-    g: torch.Tensor | None  # [B, T, H] fp32, or None
+    g: torch.Tensor | None  # [B, T, H] or [B, T, H, K] (vector gate) fp32, or None
     scale: float
     feature: int  # FEATURE_CODES value
     normalize: bool
@@ -103,9 +103,14 @@ def prepare(
             f"Got eps={eps!r} with normalize=False; eps only applies to normalized output."
         )
     if g is not None:
-        g = _tensor("g", g, "[B, T, H]", 3)
-        if g.shape != q.shape[:3]:
-            raise ValueError(f"Expected g of shape {tuple(q.shape[:3])} but got {tuple(g.shape)}.")
+        # A scalar gate (one decay per token and head) or a vector gate (one per key dimension).
+        scalar, vector = tuple(q.shape[:3]), tuple(q.shape)
+        if not isinstance(g, torch.Tensor) or tuple(g.shape) not in (scalar, vector):
+            got = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
+            raise ValueError(
+                f"Expected g of shape [B, T, H] or [B, T, H, K], here {scalar} or {vector}, "
+                f"but got {got}."
+            )
         if not g.dtype.is_floating_point or g.device != q.device:
             raise ValueError(f"Expected g to be a floating tensor on {q.device}.")
         # One device sync, paid for rejecting a positive "decay" that would make exp(G) grow.

@@ -30,7 +30,8 @@ class Forward(NamedTuple):
         o_acc: The fp32 output ``[B, T, H, V]`` the backward takes δ_t = do_t·o_t from, so the
             output's own rounding does not enter dA (normalized only), or `None`.
         den: Denominators Z incl. eps ``[B, T, H]`` fp32 (normalized only), or `None`.
-        G: Whole-sequence cumulative decay ``[B, T, H]`` fp32 (parallel form), or `None`.
+        G: Whole-sequence cumulative decay ``[B, T, H]`` (``[B, T, H, K]`` for a vector gate)
+            fp32 (parallel form), or `None`.
         table: The token-block table (parallel and chunk forms), or `None`.
     """
 
@@ -50,7 +51,7 @@ class Gradients(NamedTuple):
         dq: ``[B, T, H, K]`` in the input dtype.
         dk: ``[B, T, H, K]`` in the input dtype.
         dv: ``[B, T, H, V]`` in the input dtype.
-        dg: ``[B, T, H]`` fp32.
+        dg: ``[B, T, H]`` fp32, or ``[B, T, H, K]`` for a vector gate.
         dh0: ``[N, H, K, V]`` fp32.
         dz0: ``[N, H, K]`` fp32.
     """

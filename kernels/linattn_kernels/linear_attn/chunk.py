@@ -43,6 +43,7 @@ from linattn_kernels.common.results import (
     saved_for_backward,
 )
 from linattn_kernels.common.tables import ChunkTable, chunk_bounds, chunk_table, sequence_bounds
+from linattn_kernels.gla.chunk import gla_chunk_bwd, gla_chunk_fwd
 from linattn_kernels.linear_attn.chunk_h import chunk_bwd_dh, chunk_fwd_h
 
 CHUNK_SIZES = (16, 32, 64, 128)
@@ -290,6 +291,8 @@ def chunk_fwd(x: Inputs, *, chunk_size: int) -> Forward:
         The output in the input dtype and the final state, plus what `chunk_bwd` reads: the
         fp32 output and the denominators (normalized only) and the chunk table.
     """
+    if x.g is not None and x.g.ndim == 4:
+        return gla_chunk_fwd(x, chunk_size=chunk_size)
     B, T, H, K, V = x.B, x.T, x.H, x.K, x.V
     device, dtype = x.q.device, x.q.dtype
     table = chunk_table(x.cu_seqlens, B, T, chunk_size, device)
@@ -334,6 +337,8 @@ def chunk_bwd(
     Returns:
         The gradients of q, k, v (input dtype), g, S_0 and z_0 (fp32).
     """
+    if x.g is not None and x.g.ndim == 4:
+        return gla_chunk_bwd(x, fwd, do, dht, dzt)
     B, T, H, K, V = x.B, x.T, x.H, x.K, x.V
     table = fwd.table
     assert table is not None
@@ -449,7 +454,9 @@ def chunked_linear_attention(
         q: Queries ``[B, T, H, K]`` (fp32, fp16 or bf16), before the feature map.
         k: Keys ``[B, T, H, K]``, before the feature map.
         v: Values ``[B, T, H, V]``.
-        g: Natural-log decay ``[B, T, H]`` (<= 0), or `None` for no decay. Default: `None`.
+        g: Natural-log decay (<= 0): ``[B, T, H]`` (one per token and head) or
+            ``[B, T, H, K]`` (a vector gate, one per key dimension: row m of the state decays
+            by exp(g_t,m)), or `None` for no decay. Default: `None`.
         scale: The scale s; `None` means K^-1/2. Default: `None`.
         normalize: Divide by s φ(q_t)^T z_t + eps; a row whose denominator is exactly 0
             returns 0. Default: `False`.
@@ -490,6 +497,10 @@ def precision_recipe(dtype: torch.dtype, *, chunk_size: int = 64) -> dict[str, o
     φ(q), φ(k), decayed keys, the stored state, P and dS: at most three such roundings meet any
     one product term, forward or backward. Under the interpreter dots and division are IEEE
     fp32 and no intermediate is rounded.
+
+    A vector gate (g ``[B, T, H, K]``, `linattn_kernels.gla`) takes the same roundings per term
+    (its scores are elementwise products summed over K, docs/error-model.md §2.7), so one
+    recipe describes both gates.
 
     Args:
         dtype: The input dtype (float32, float16 or bfloat16).

@@ -46,6 +46,7 @@ from linattn_kernels.common.results import (
     saved_for_backward,
 )
 from linattn_kernels.common.tables import chunk_bounds, chunk_table, sequence_bounds
+from linattn_kernels.gla.parallel import gla_parallel_bwd, gla_parallel_fwd
 from linattn_kernels.linear_attn.parallel_h import parallel_bwd_dh0, parallel_fwd_h
 
 
@@ -313,6 +314,8 @@ def parallel_fwd(x: Inputs) -> Forward:
         fp32 output and the denominators (normalized only), the cumulative decay G and the
         table of query blocks.
     """
+    if x.g is not None and x.g.ndim == 4:
+        return gla_parallel_fwd(x)
     B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
     bl = blocks(K, V)
     device, dtype = x.q.device, x.q.dtype
@@ -361,6 +364,8 @@ def parallel_bwd(
     Returns:
         The gradients of q, k, v (input dtype), g, S_0 and z_0 (fp32).
     """
+    if x.g is not None and x.g.ndim == 4:
+        return gla_parallel_bwd(x, fwd, do, dht, dzt)
     B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
     assert fwd.table is not None
     bl = blocks(K, V)
@@ -463,7 +468,9 @@ def parallel_linear_attention(
         q: Queries ``[B, T, H, K]`` (fp32, fp16 or bf16), before the feature map.
         k: Keys ``[B, T, H, K]``, before the feature map.
         v: Values ``[B, T, H, V]``.
-        g: Natural-log decay ``[B, T, H]`` (<= 0), or `None` for no decay. Default: `None`.
+        g: Natural-log decay (<= 0): ``[B, T, H]`` (one per token and head) or
+            ``[B, T, H, K]`` (a vector gate, one per key dimension: the score weights become
+            Σ_m φ(q_t)_m φ(k_j)_m exp(G_tm - G_jm)), or `None` for no decay. Default: `None`.
         scale: s; `None` means K^-1/2. Default: `None`.
         normalize: Divide by s φ(q_t)·z_t + eps (a zero denominator gives 0). Default: `False`.
         eps: Denominator offset, added in fp32; normalized only. Default: `0.0`.
@@ -498,6 +505,10 @@ def precision_recipe(dtype: torch.dtype) -> dict[str, object]:
     fp32 with round-to-nearest division; on CUDA fp32 operands go through tf32, accumulation is
     tensor-core (MMA) and division is ``div.full.f32``; bf16 inputs on CUDA round φ(q), φ(k) and
     P (and in the backward dP, P/Z, dN) to bf16, at most three such roundings per term.
+
+    A vector gate (g ``[B, T, H, K]``, `linattn_kernels.gla`) takes the same roundings per term
+    (its scores are elementwise products summed over K, docs/error-model.md §2.7), so one
+    recipe describes both gates.
 
     Args:
         dtype: The input dtype (float32, float16 or bfloat16).

@@ -30,6 +30,7 @@ from linattn_kernels.common.results import (
     save_for_backward,
     saved_for_backward,
 )
+from linattn_kernels.gla.recurrent import gla_recurrent_bwd, gla_recurrent_fwd
 
 
 @triton.jit
@@ -249,6 +250,8 @@ def recurrent_fwd(x: Inputs, *, for_backward: bool = False) -> Forward:
         The output in the input dtype and the final state, plus the fp32 output and the
         denominators when normalized ``for_backward``.
     """
+    if x.g is not None and x.g.ndim == 4:
+        return gla_recurrent_fwd(x, for_backward=for_backward)
     B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
     device, dtype = x.q.device, x.q.dtype
     BK, BV, num_warps = recurrent_blocks(K, V)
@@ -292,6 +295,8 @@ def recurrent_bwd(
     Returns:
         The gradients of q, k, v (input dtype), g, S_0 and z_0 (fp32).
     """
+    if x.g is not None and x.g.ndim == 4:
+        return gla_recurrent_bwd(x, fwd, do, dht, dzt)
     B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
     device, dtype = x.q.device, x.q.dtype
     BK, BV, num_warps = recurrent_blocks(K, V)
@@ -386,16 +391,18 @@ def recurrent_linear_attention(
 ) -> tuple[torch.Tensor, State | None]:
     """Causal linear attention, token by token, with the state in registers.
 
-    Per sequence and head: S_t = a_t S_{t-1} + φ(k_t) v_t^T, z_t = a_t z_{t-1} + φ(k_t),
-    a_t = exp(g_t); o_t = s φ(q_t)^T S_t, or normalized o_t = s φ(q_t)^T S_t / (s φ(q_t)^T z_t
-    + eps) with o_t = 0 where that denominator is exactly 0. Differentiable in q, k, v, g and
-    the initial state.
+    Per sequence and head: S_t = diag(a_t) S_{t-1} + φ(k_t) v_t^T, z_t = diag(a_t) z_{t-1}
+    + φ(k_t), a_t = exp(g_t) (a scalar gate, or one per key dimension); o_t = s φ(q_t)^T S_t,
+    or normalized o_t = s φ(q_t)^T S_t / (s φ(q_t)^T z_t + eps) with o_t = 0 where that
+    denominator is exactly 0. Differentiable in q, k, v, g and the initial state.
 
     Args:
         q: Queries ``[B, T, H, K]``, float32, float16 or bfloat16.
         k: Keys ``[B, T, H, K]``, q's dtype.
         v: Values ``[B, T, H, V]``, q's dtype.
-        g: Natural-log decay ``[B, T, H]`` (<= 0), or `None` for no decay. Default: `None`.
+        g: Natural-log decay (<= 0): ``[B, T, H]`` (one per token and head) or
+            ``[B, T, H, K]`` (a vector gate, one per key dimension), or `None` for no decay.
+            Default: `None`.
         scale: s; `None` means K^-1/2. Default: `None`.
         normalize: Divide by the key-sum denominator. Default: `False`.
         eps: Added in fp32 to the denominator; must be 0 unless normalized. Default: `0.0`.
@@ -426,7 +433,8 @@ def precision_recipe(dtype: torch.dtype) -> dict[str, object]:
     """Describe how this kernel rounds, as `linattn_verify.recipe.PrecisionRecipe` keywords.
 
     Everything stays fp32 after the loads (no intermediate casts, no ``tl.dot``); the decay is a
-    product of per-step factors exp(g_t); eps is added in fp32. Division is numpy's correctly
+    product of per-step factors exp(g_t) (per key dimension for a vector gate, which rounds the
+    same way: docs/error-model.md §2.7); eps is added in fp32. Division is numpy's correctly
     rounded one under the interpreter and ``div.full.f32`` (2 ulp) when compiled for CUDA.
 
     Args:
