@@ -23,6 +23,7 @@ CATALOGUE_SPEC: dict[str, str] = {
     "causal_outputs_exact": "causality",
     "causal_gradients_exact": "causality",
     "batch_and_head_equivariant": "invariance",
+    "scalar_gate_matches_repeated_vector": "gates",
     "linear_in_values_and_state": "algebra",
     "normalized_affine_and_convex": "algebra",
     "denominator_stable": "denominators",

@@ -93,7 +93,7 @@ def _verdicts(report: Path) -> list[dict[str, Any]]:
 def test_correct_kernel_passes(target_file: Path, tmp_path: Path) -> None:
     assert _check(f"{target_file}:correct", report=tmp_path / "ok") == EXIT_OK
     verdicts = _verdicts(tmp_path / "ok")
-    assert len(verdicts) == 14
+    assert len(verdicts) == 15
     assert not [v for v in verdicts if v["status"] == "failed"]
     assert {"outputs_match_oracle", "gradients_match_oracle"} <= {
         v["property"] for v in verdicts if v["status"] == "held"
@@ -131,7 +131,8 @@ def test_a_vector_gate_kernel_is_given_vector_gates_only(target_file: Path, tmp_
     held = {v["property"] for v in _verdicts(tmp_path / "vector") if v["status"] == "held"}
     assert {"outputs_match_oracle", "gradients_match_oracle", "causal_gradients_exact"} <= held
     # Declared as taking a scalar gate, the same kernel fails: the flags are what is searched.
-    assert _check(target, "--decay", "scalar", report=tmp_path / "scalar") == EXIT_FAILED
+    scalar = ["--decay", "scalar", "--fail-fast"]
+    assert _check(target, *scalar, report=tmp_path / "scalar") == EXIT_FAILED
 
 
 def test_decay_required_without_decay_is_a_usage_error(
