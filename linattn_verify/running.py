@@ -32,6 +32,7 @@ from linattn_verify.kernel import Kernel
 from linattn_verify.registry import registered_kernels, registered_properties
 from linattn_verify.results import CaseRecord, PropertyResult
 from linattn_verify.strategies import ProblemSpec
+from linattn_verify.typing import GATES, Gate
 
 
 def _steer(result: PropertyResult) -> None:
@@ -178,6 +179,25 @@ class GroupSettings:
     seed: int
     backward: bool
     failures_dir: Path | None = None
+    gates: tuple[Gate, ...] = GATES
+
+
+def takes_gates(kernel: Kernel, gates: Sequence[Gate]) -> bool:
+    """Whether ``kernel`` has cases with one of ``gates``.
+
+    A kernel with a data-dependent decay declares the gate shapes it takes; any other (no decay,
+    or a fixed one) counts as scalar.
+    """
+    cap = kernel.capabilities
+    declared = cap.gates if cap.decay and kernel.implied_decay is None else ("scalar",)
+    return any(g in declared for g in gates)
+
+
+def with_gates(kernel: Kernel, gates: Sequence[Gate]) -> Kernel:
+    """``kernel`` drawing only the gate shapes of ``gates`` among those it declares."""
+    cap = kernel.capabilities
+    kept = tuple(g for g in cap.gates if g in gates) or cap.gates
+    return replace(kernel, capabilities=replace(cap, gates=kept))
 
 
 def select_kernels(patterns: Sequence[str]) -> list[Kernel]:
@@ -249,7 +269,8 @@ def run_group(
 
     from linattn_verify.strategies import kernel_specs
 
-    one_dtype = replace(kernel, capabilities=replace(kernel.capabilities, dtypes=(dtype,)))
+    narrowed = with_gates(kernel, settings.gates)
+    one_dtype = replace(narrowed, capabilities=replace(narrowed.capabilities, dtypes=(dtype,)))
     prop = "gradients_match_oracle" if settings.backward else "outputs_match_oracle"
 
     @seed(settings.seed)
@@ -307,6 +328,8 @@ __all__ = [
     "run_group",
     "run_group_in_worker",
     "select_kernels",
+    "takes_gates",
     "verify_case",
     "violation",
+    "with_gates",
 ]

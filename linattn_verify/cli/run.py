@@ -17,7 +17,7 @@ from linattn_verify.cli._args import (
     positive,
 )
 from linattn_verify.results import CaseRecord
-from linattn_verify.typing import KERNEL_DTYPES
+from linattn_verify.typing import GATES, KERNEL_DTYPES
 
 DEFAULT_KERNELS = ("triton/*", "fla/*")
 """What `run` verifies by default: our Triton kernels, and FLA's when it is installed."""
@@ -38,6 +38,14 @@ def add_parser(sub: Any) -> None:
         type=csv_of(KERNEL_DTYPES),
         default=KERNEL_DTYPES,
         help="input dtypes. Default: %(default)s",
+    )
+    run.add_argument(
+        "--gates",
+        type=csv_of(GATES),
+        default=GATES,
+        help="gate shapes of the decay: 'scalar' g [B, T, H], 'vector' g [B, T, H, K]; each "
+        "kernel is checked on those it declares, kernels declaring none are left out (kernels "
+        "without a data-dependent decay count as scalar). Default: %(default)s",
     )
     run.add_argument(
         "--examples",
@@ -68,12 +76,20 @@ def command(args: argparse.Namespace) -> int:
     """``linattn-verify run``."""
     from linattn_verify._device import environment
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.running import GroupSettings, select_kernels
+    from linattn_verify.running import GroupSettings, select_kernels, takes_gates
 
     try:
         kernels = select_kernels(args.kernels)
     except InvalidArgument as exc:
         print(f"linattn-verify run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    kernels = [k for k in kernels if takes_gates(k, args.gates)]
+    if not kernels:
+        print(
+            f"linattn-verify run: error: no kernel matching --kernels {','.join(args.kernels)} "
+            f"takes --gates {','.join(args.gates)}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     groups = [(k, d) for k in kernels for d in args.dtypes if d in k.capabilities.dtypes]
     settings = GroupSettings(
@@ -82,6 +98,7 @@ def command(args: argparse.Namespace) -> int:
         seed=args.seed,
         backward=not args.no_backward,
         failures_dir=args.out / "failures",
+        gates=tuple(args.gates),
     )
     from linattn_verify.reporting import RunWriter
 
@@ -124,6 +141,7 @@ def _run_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "max_seq_len": args.max_seq_len,
         "seed": args.seed,
         "backward": not args.no_backward,
+        "gates": list(args.gates),
     }
 
 

@@ -118,9 +118,10 @@ def kernels() -> Iterator[dict[str, Kernel]]:
     interpreter.disable(patches=[p for p in interpreter.PATCHES if p not in before])
 
 
-NEW_KERNEL_CASES = ("fp32-T65-h0", "bf16-T65-scale", "bf16-varlen-h0")
+NEW_KERNEL_CASES = ("fp32-T65-h0", "bf16-varlen-h0")
 """The cases gla and lightning_attn run (fp32 and bf16, a partial chunk, varlen with states): the
-whole matrix for them would add a minute to CI."""
+whole matrix for them would add a minute to CI (`test_lightning_chunk_nan_final_state` and the
+`run` and soak searches do the rest)."""
 
 
 def _matrix() -> list[object]:

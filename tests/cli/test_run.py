@@ -40,6 +40,32 @@ def test_run_writes_records_and_summary(tmp_path: Path) -> None:
     assert document["totals"]["passed"] == len(records)
 
 
+def test_run_on_vector_gates_draws_only_vector_gates(tmp_path: Path) -> None:
+    flags = ["--dtypes", "float32", "--examples", "8", "--max-seq-len", "8", "--seed", "3"]
+    code = main(
+        ["run", "--kernels", "torch/chunk", "--gates", "vector", *flags, "--out", str(tmp_path)]
+    )
+    assert code == EXIT_OK
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    cases = [r["case"] for r in records]
+    assert len(cases) == 8
+    # Every gated case has a vector gate; the others have no decay at all.
+    assert all("gate='vector'" in c or "decay='none'" in c for c in cases)
+    assert any("gate='vector'" in c for c in cases)
+    arguments = json.loads((tmp_path / "run.json").read_text())["arguments"]
+    assert arguments["gates"] == ["vector"]
+
+
+def test_run_rejects_gates_no_chosen_kernel_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--kernels", "torch/*", "--gates", "matrix"])
+    assert info.value.code == EXIT_USAGE
+    pytest.importorskip("fla", reason="fla-core is not installed")
+    # FLA's linear_attn kernels take no decay: no vector-gate case exists for them.
+    assert main(["run", "--kernels", "fla/linear_attn.chunk", "--gates", "vector"]) == EXIT_USAGE
+    assert "takes --gates vector" in capsys.readouterr().err
+
+
 def test_run_rejects_a_kernel_glob_matching_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--kernels", "quadratic/*"]) == EXIT_USAGE
     assert "--kernels quadratic/*" in capsys.readouterr().err

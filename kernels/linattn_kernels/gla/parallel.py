@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from linattn_kernels import _backend
 from linattn_kernels.common.args import Inputs, empty_output, finish_output
 from linattn_kernels.common.blocks import blocks, chunk_block, dot_low
 from linattn_kernels.common.division import divide_or_zero, vanishes
@@ -36,8 +37,10 @@ from linattn_kernels.common.results import Forward, Gradients
 from linattn_kernels.common.tables import chunk_bounds, chunk_table, sequence_bounds
 from linattn_kernels.gla.parallel_h import gla_parallel_bwd_dh0, gla_parallel_fwd_h
 
-BLOCK_T = 16
-"""Query and key block of the vector-gate parallel kernels: ``[16, 16, 64]`` score products."""
+BLOCK_T = 32 if _backend.INTERPRETING else 16
+"""Query and key block of the vector-gate parallel kernels: ``[16, 16, 64]`` score products on a
+GPU (registers); 32 under the interpreter, where each program costs Python overhead and the
+larger block halved the time of a T = 24 call (measured 0.43 s -> 0.23 s forward + backward)."""
 
 
 @triton.jit
