@@ -28,6 +28,10 @@ TORCH_FORMS = [REGISTERED[f"torch/{form}"] for form in FORMS]
 
 # Small enough for the Triton interpreter: some properties call a kernel three or more times.
 SMALL: dict[str, Any] = {"max_seq_len": 24, "max_head_dim": 6}
+FORMS_SMALL: dict[str, Any] = {"max_seq_len": 16, "max_head_dim": 6}
+"""`forms_agree` runs every form on each case; T <= 24 crossed no chunk or block boundary of the
+Triton forms either (C = 64, parallel blocks of 32 or 64), so 16 costs a third less for the same
+structure."""
 
 
 base = example_spec
@@ -36,7 +40,7 @@ base = example_spec
 @pytest.mark.parametrize("kernels", [TRITON_FORMS, TORCH_FORMS], ids=["triton", "torch"])
 @given(data=st.data())
 def test_forms_agree(kernels: list[Kernel], data: st.DataObject) -> None:
-    spec = data.draw(kernel_specs(kernels[0], **SMALL), label="spec")
+    spec = data.draw(kernel_specs(kernels[0], **FORMS_SMALL), label="spec")
     check_property(forms_agree, spec, kernels)
 
 

@@ -1,0 +1,355 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The delta-rule family, stated once, and the validation of a problem instance.
+
+Per batch row b, head h and sequence (FLA's conventions, fla-core 0.6.0), with scale s
+(default K^-1/2), write strength beta_t and natural-log gate g_t <= 0:
+
+    S'_t = diag(exp(g_t)) S_{t-1}                      decay first ...
+    S_t  = S'_t + beta_t k_t (v_t - S'_t^T k_t)^T      ... then the delta-rule correction
+    o_t  = s S_t^T q_t
+
+g is absent (DeltaNet: exp(g_t) = 1), one value per token and head ``[B, T, H]`` (Gated
+DeltaNet: the same decay for every key dimension) or one per key dimension ``[B, T, H, K]``
+(KDA). A scalar gate is the vector gate repeated over K.
+
+The order is decay-before-error: the prediction S'_t^T k_t reads the *decayed* state. That is
+what FLA computes (``fla/ops/gated_delta_rule/naive.py:54-58``: ``h = h * g.exp()`` before
+``b_v - (h * b_k).sum(-2)``; ``fla/ops/kda/naive.py:61-62``; the fused recurrent kernel
+``fla/ops/gated_delta_rule/fused_recurrent.py:138,159-161``), and FLA issue #885 confirms it is
+the Gated DeltaNet paper's rule S_t = S_{t-1} α_t (I - β_t k_t k_t^T) + β_t v_t k_t^T (in the
+transposed state layout), not a bug. The other reading, S_t = α_t S_{t-1} + β_t k_t
+(v_t - S_{t-1}^T k_t)^T, is a different function whenever α_t != 1.
+
+Per value column c of S the update is linear: c_t = A_t c_{t-1} + beta_t v_tj k_t with
+A_t = (I - beta_t k_t k_t^T) diag(exp(g_t)), and
+
+    ||A_t||_2 <= max(1, |1 - beta_t ||k_t||^2|) * max_i exp(g_ti),
+
+so A_t is non-expansive (rounding errors are not amplified from step to step) exactly when
+beta_t ||k_t||^2 <= 2. Validation does *not* require unit-norm keys: a kernel may expect them
+(a later capability), and outside beta ||k||^2 <= 2 the problem is merely ill-conditioned.
+
+With ``l2norm_qk`` (FLA's ``use_qk_l2norm_in_kernel``) q and k are first replaced by
+
+    x / sqrt(sum_i x_i^2 + eps),     eps = 1e-6 (`L2NORM_EPS`)
+
+per token and head (``fla/modules/norm/l2norm.py:36,80`` with the default ``eps=1e-6`` of
+``l2norm_fwd``, line 112, called by ``fla/ops/gated_delta_rule/chunk.py:282-284`` and
+``fla/ops/kda/chunk.py:57``; the fused recurrent kernel inlines the same formula with the
+literal ``1e-6``, ``fused_recurrent.py:118-120``). The scale multiplies the normalized q. So
+normalized keys have ||k||^2 = r / (r + eps) < 1 and every A_t is a contraction for beta < 2.
+
+beta lies in [0, 1], or in [0, 2) when negative eigenvalues are allowed (FLA's
+``allow_neg_eigval``: 2·sigmoid, ``fla/ops/gated_delta_rule/chunk.py:288``).
+
+The initial state S_0 is ``[N, H, K, V]``; the final state S_T is returned per sequence when
+asked. With ``cu_seqlens`` (int ``[N+1]``, B == 1) the T axis packs N sequences, the state
+restarts at every boundary from that sequence's S_0, and an empty sequence returns its S_0.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.semantics import FLOAT_DTYPES
+
+L2NORM_EPS = 1e-6
+"""The eps of FLA's in-kernel L2 normalisation x / sqrt(Σ x² + eps), used exactly as given."""
+
+
+@dataclass(frozen=True)
+class DeltaProblem:
+    """A validated instance of the delta rule: inputs plus every option resolved.
+
+    Attributes:
+        q: Queries ``[B, T, H, K]`` (before any L2 normalisation).
+        k: Keys ``[B, T, H, K]`` (before any L2 normalisation).
+        v: Values ``[B, T, H, V]``.
+        beta: Write strengths ``[B, T, H]``, in [0, 1] (or [0, 2)).
+        g: Natural-log gate ``[B, T, H]`` (scalar), ``[B, T, H, K]`` (vector), every entry
+            finite and <= 0, or `None` (no decay).
+        scale: The resolved scale s (K^-1/2 when the caller passed `None`).
+        l2norm_qk: Whether q and k are L2-normalised first (eps = `L2NORM_EPS`).
+        initial_state: S_0 ``[N, H, K, V]`` or `None` (zeros).
+        output_final_state: Whether S_T is part of the result.
+        cu_seqlens: Sequence boundaries ``[N+1]`` (int64, CPU) or `None`.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    beta: torch.Tensor
+    g: torch.Tensor | None
+    scale: float
+    l2norm_qk: bool
+    initial_state: torch.Tensor | None
+    output_final_state: bool
+    cu_seqlens: torch.Tensor | None
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """``(B, T, H, K, V)``."""
+        B, T, H, K = self.q.shape
+        return B, T, H, K, self.v.shape[-1]
+
+    @property
+    def vector_gate(self) -> bool:
+        """Whether g is a vector gate ``[B, T, H, K]`` (one decay per key dimension)."""
+        return self.g is not None and self.g.ndim == 4
+
+    @property
+    def num_sequences(self) -> int:
+        """N: the number of independent sequences (B, or len(cu_seqlens) - 1)."""
+        if self.cu_seqlens is None:
+            return int(self.q.shape[0])
+        return int(self.cu_seqlens.numel()) - 1
+
+    def sequences(self) -> Iterator[tuple[int, int, int, int]]:
+        """Yield ``(n, b, start, end)`` per sequence: its state row, batch row and token span."""
+        T = self.q.shape[1]
+        if self.cu_seqlens is None:
+            for b in range(self.q.shape[0]):
+                yield b, b, 0, T
+        else:
+            bounds = self.cu_seqlens.tolist()
+            for n in range(len(bounds) - 1):
+                yield n, 0, int(bounds[n]), int(bounds[n + 1])
+
+    def describe(self) -> str:
+        """Return a one-line description: shapes, dtype and every option."""
+        B, T, H, K, V = self.shape
+        parts = [f"B={B} T={T} H={H} K={K} V={V}", str(self.q.dtype).replace("torch.", "")]
+        parts.append(f"scale={self.scale:.6g}")
+        parts.append(f"beta in [{float(self.beta.min()):.3g}, {float(self.beta.max()):.3g}]")
+        if self.g is not None:
+            gate = "vector gate g[B,T,H,K]" if self.vector_gate else "gate g[B,T,H]"
+            parts.append(f"{gate} in [{float(self.g.min()):.3g}, {float(self.g.max()):.3g}]")
+        if self.l2norm_qk:
+            parts.append("l2norm_qk")
+        if self.initial_state is not None:
+            parts.append("initial_state")
+        if self.output_final_state:
+            parts.append("final_state")
+        if self.cu_seqlens is not None:
+            parts.append(f"cu_seqlens={self.cu_seqlens.tolist()}")
+        return " ".join(parts)
+
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """Return the differentiable inputs that exist, by name (``q`` ... ``initial_state``)."""
+        named = {
+            "q": self.q,
+            "k": self.k,
+            "v": self.v,
+            "beta": self.beta,
+            "g": self.g,
+            "initial_state": self.initial_state,
+        }
+        return {name: t for name, t in named.items() if t is not None}
+
+    def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> DeltaProblem:
+        """Return the same problem with every floating tensor converted (exactly, for float64)."""
+
+        def conv(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x.to(device=device or x.device, dtype=dtype)
+
+        return DeltaProblem(
+            q=cast(torch.Tensor, conv(self.q)),
+            k=cast(torch.Tensor, conv(self.k)),
+            v=cast(torch.Tensor, conv(self.v)),
+            beta=cast(torch.Tensor, conv(self.beta)),
+            g=conv(self.g),
+            scale=self.scale,
+            l2norm_qk=self.l2norm_qk,
+            initial_state=conv(self.initial_state),
+            output_final_state=self.output_final_state,
+            cu_seqlens=self.cu_seqlens,
+        )
+
+
+def l2norm(x: torch.Tensor) -> torch.Tensor:
+    """Return x / sqrt(Σ_i x_i² + `L2NORM_EPS`) over the last axis, in the dtype of x."""
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + L2NORM_EPS)
+
+
+def _fail(message: str) -> InvalidArgument:
+    return InvalidArgument(message)
+
+
+def _check_tensor(name: str, x: Any, ndim: int, layout: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise _fail(f"Expected {name} to be a torch.Tensor {layout} but got {type(x).__name__}.")
+    if x.ndim != ndim:
+        raise _fail(f"Expected {name} of shape {layout} but got shape {tuple(x.shape)}.")
+    if x.dtype not in FLOAT_DTYPES:
+        raise _fail(
+            f"Expected {name} to be float16, bfloat16, float32 or float64 but got dtype={x.dtype}."
+        )
+    if x.numel() and not bool(torch.isfinite(x).all()):
+        raise _fail(f"Expected every element of {name} to be finite, but it holds NaN or inf.")
+    return x
+
+
+def _check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(f"Expected {name} to be a bool but got {name}={value!r}.")
+    return value
+
+
+def _check_scale(scale: Any) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise _fail(f"Expected scale to be a real number or None but got scale={scale!r}.")
+    if not math.isfinite(float(scale)):
+        raise _fail(f"Expected scale to be finite but got scale={scale!r}.")
+    return float(scale)
+
+
+def _check_device(name: str, x: torch.Tensor, device: torch.device) -> None:
+    if x.device != device:
+        raise _fail(f"Expected {name} on {device} (as q) but got {x.device}.")
+
+
+def _check_cu_seqlens(cu_seqlens: Any, B: int, T: int) -> torch.Tensor:
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.ndim != 1:
+        raise _fail(f"Expected cu_seqlens to be a 1-D integer tensor [N+1] but got {cu_seqlens!r}.")
+    if cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype.is_complex:
+        raise _fail(f"Expected cu_seqlens to hold integers but got dtype={cu_seqlens.dtype}.")
+    if cu_seqlens.dtype == torch.bool:
+        raise _fail(f"Expected cu_seqlens to hold integers but got dtype={cu_seqlens.dtype}.")
+    if cu_seqlens.numel() < 2:
+        raise _fail(f"Expected cu_seqlens to have N+1 >= 2 entries but got {cu_seqlens.numel()}.")
+    if B != 1:
+        raise _fail(f"Got B={B} with cu_seqlens, but packed sequences need B == 1.")
+    bounds = cu_seqlens.to(device="cpu", dtype=torch.int64)
+    if int(bounds[0]) != 0 or int(bounds[-1]) != T:
+        raise _fail(
+            f"Expected cu_seqlens to start at 0 and end at T={T} but got "
+            f"cu_seqlens[0]={int(bounds[0])}, cu_seqlens[-1]={int(bounds[-1])}."
+        )
+    if bool((bounds[1:] < bounds[:-1]).any()):
+        raise _fail(f"Expected cu_seqlens to be non-decreasing but got {bounds.tolist()}.")
+    return bounds
+
+
+def validate_delta(
+    q: Any,
+    k: Any,
+    v: Any,
+    beta: Any,
+    g: Any = None,
+    *,
+    scale: Any = None,
+    l2norm_qk: Any = False,
+    initial_state: Any = None,
+    output_final_state: Any = False,
+    cu_seqlens: Any = None,
+    allow_negative_eigenvalues: Any = False,
+) -> DeltaProblem:
+    """Check one instance of the delta rule and resolve its options.
+
+    Keys need not be unit-norm: A_t is non-expansive only while beta_t ||k_t||^2 <= 2 (see the
+    module docstring), but a problem outside that is valid, merely ill-conditioned.
+
+    Args:
+        q: Queries ``[B, T, H, K]``.
+        k: Keys ``[B, T, H, K]``.
+        v: Values ``[B, T, H, V]``.
+        beta: Write strengths ``[B, T, H]`` in [0, 1], or [0, 2) with
+            ``allow_negative_eigenvalues``.
+        g: Natural-log gate, finite and <= 0: ``[B, T, H]`` (Gated DeltaNet) or
+            ``[B, T, H, K]`` (KDA). Default: `None`.
+        scale: Scale applied to q; `None` means K^-1/2. Default: `None`.
+        l2norm_qk: L2-normalise q and k first (FLA's ``use_qk_l2norm_in_kernel``).
+            Default: `False`.
+        initial_state: S_0 ``[N, H, K, V]``. Default: `None`.
+        output_final_state: Return S_T ``[N, H, K, V]``. Default: `False`.
+        cu_seqlens: Packed-sequence boundaries ``[N+1]``, rising from 0 to T, needs B == 1.
+            Default: `None`.
+        allow_negative_eigenvalues: Accept beta in [0, 2) instead of [0, 1]. Default: `False`.
+
+    Returns:
+        The validated `DeltaProblem`.
+
+    Raises:
+        InvalidArgument: naming the first argument that is malformed and what was expected.
+    """
+    q = _check_tensor("q", q, 4, "[B, T, H, K]")
+    B, T, H, K = q.shape
+    k = _check_tensor("k", k, 4, "[B, T, H, K]")
+    v = _check_tensor("v", v, 4, "[B, T, H, V]")
+    if k.shape != q.shape:
+        raise _fail(f"Expected k of shape {tuple(q.shape)} (as q) but got {tuple(k.shape)}.")
+    if v.shape[:3] != q.shape[:3]:
+        raise _fail(
+            f"Expected v of shape [B={B}, T={T}, H={H}, V] (as q) but got {tuple(v.shape)}."
+        )
+    if min(B, T, H, K, v.shape[-1]) < 1:
+        raise _fail(
+            f"Expected q, v with B, T, H, K, V >= 1 but got q {tuple(q.shape)}, v {tuple(v.shape)}."
+        )
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise _fail(f"Expected q, k, v of one dtype but got {q.dtype}, {k.dtype}, {v.dtype}.")
+    _check_device("k", k, q.device)
+    _check_device("v", v, q.device)
+    negative = _check_flag("allow_negative_eigenvalues", allow_negative_eigenvalues)
+    beta = _check_tensor("beta", beta, 3, "[B, T, H]")
+    if beta.shape != q.shape[:3]:
+        raise _fail(f"Expected beta of shape {tuple(q.shape[:3])} but got {tuple(beta.shape)}.")
+    _check_device("beta", beta, q.device)
+    lo, hi = float(beta.min()), float(beta.max())
+    if negative and (lo < 0 or hi >= 2):
+        raise _fail(
+            f"Expected beta in [0, 2) (allow_negative_eigenvalues=True) but got "
+            f"min(beta)={lo:.6g}, max(beta)={hi:.6g}."
+        )
+    if not negative and (lo < 0 or hi > 1):
+        raise _fail(
+            f"Expected beta in [0, 1] but got min(beta)={lo:.6g}, max(beta)={hi:.6g} "
+            "(beta in [0, 2) needs allow_negative_eigenvalues=True)."
+        )
+    if g is not None:
+        layout = "[B, T, H] or [B, T, H, K]"
+        g = _check_tensor("g", g, 4 if getattr(g, "ndim", None) == 4 else 3, layout)
+        if g.shape not in (q.shape[:3], q.shape):
+            raise _fail(
+                f"Expected g of shape {layout} = {tuple(q.shape[:3])} or {tuple(q.shape)} "
+                f"but got {tuple(g.shape)}."
+            )
+        _check_device("g", g, q.device)
+        if bool((g > 0).any()):
+            raise _fail(f"Expected g <= 0 (a log decay) but got max(g)={float(g.max()):.6g}.")
+    resolved_scale = K**-0.5 if scale is None else _check_scale(scale)
+    l2norm_qk = _check_flag("l2norm_qk", l2norm_qk)
+    output_final_state = _check_flag("output_final_state", output_final_state)
+    bounds = None if cu_seqlens is None else _check_cu_seqlens(cu_seqlens, B, T)
+    N = B if bounds is None else bounds.numel() - 1
+    if initial_state is not None:
+        initial_state = _check_tensor("initial_state", initial_state, 4, "[N, H, K, V]")
+        expected = (N, H, K, v.shape[-1])
+        if tuple(initial_state.shape) != expected:
+            raise _fail(
+                f"Expected initial_state of shape [N, H, K, V] = {expected} but got "
+                f"{tuple(initial_state.shape)}."
+            )
+        _check_device("initial_state", initial_state, q.device)
+    return DeltaProblem(
+        q=q,
+        k=k,
+        v=v,
+        beta=beta,
+        g=g,
+        scale=resolved_scale,
+        l2norm_qk=l2norm_qk,
+        initial_state=initial_state,
+        output_final_state=output_final_state,
+        cu_seqlens=bounds,
+    )
+
+
+__all__ = ["L2NORM_EPS", "DeltaProblem", "l2norm", "validate_delta"]

@@ -1,0 +1,256 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Float64 reference forms of the delta rule: token-recurrent and chunked (WY / UT).
+
+Both evaluate `linattn_verify.delta.problem` in float64 with plain torch operations, one
+sequence at a time with every head at once, and are differentiable through autograd in every
+input (q, k, v, beta, g, initial_state): they are the gradient reference.
+
+The chunked form (derivation in ``linattn_verify/delta/README.md``), per chunk of c tokens with
+chunk-local cumulative gates G_i = Σ_{s<=i} g_s (``[c]`` or ``[c, K]``, so every G_i <= 0) and
+the state S entering the chunk:
+
+    L   = I + strict_tril(B ⊙ Σ_m K_im K_jm exp(G_im - G_jm))     B_ij = beta_i
+    T   = L^{-1}                                                   (forward substitution)
+    W   = T diag(beta) (K ⊙ exp(G)),    U = T diag(beta) V
+    Vn  = U - W S                                                  (the corrected values)
+    O   = s [(Q ⊙ exp(G)) S + tril(Σ_m Q_im K_jm exp(G_im - G_jm)) Vn]
+    S  <- exp(G_c) ⊙ S + (K ⊙ exp(G_c - G))^T Vn
+
+The pair weights exp(G_i - G_j) are formed only for j <= i, from the difference of the
+exponents (never exp(G_i) / exp(G_j)), so every exponent is <= 0; a vector gate keeps its
+per-dimension weight inside the K-sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from linattn_verify.delta.problem import DeltaProblem, l2norm
+from linattn_verify.errors import InvalidArgument
+
+SequenceResult = tuple[torch.Tensor, torch.Tensor]
+"""o ``[L, H, V]`` and S_T ``[H, K, V]`` of one sequence."""
+
+
+@dataclass(frozen=True)
+class DeltaSequence:
+    """One sequence's float64 inputs, heads first, with q and k normalised if asked.
+
+    Attributes:
+        q: Queries ``[H, L, K]``, L2-normalised when the problem says so, *not* scaled.
+        k: Keys ``[H, L, K]``, L2-normalised when the problem says so.
+        v: Values ``[H, L, V]``.
+        beta: ``[H, L]``.
+        g: ``[H, L]``, ``[H, L, K]`` or `None`.
+        S0: The initial state ``[H, K, V]`` (zeros when the problem has none).
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    beta: torch.Tensor
+    g: torch.Tensor | None
+    S0: torch.Tensor
+
+
+def require_delta_problem(problem: object) -> None:
+    """Raise `InvalidArgument` unless ``problem`` is a `DeltaProblem`."""
+    if not isinstance(problem, DeltaProblem):
+        raise InvalidArgument(
+            "Expected problem to be a linattn_verify.delta.DeltaProblem but got "
+            f"{type(problem).__name__}; build one with validate_delta(...)."
+        )
+
+
+def sequence_inputs(problem: DeltaProblem, n: int, b: int, start: int, end: int) -> DeltaSequence:
+    """Slice sequence ``n`` (row ``b``, tokens ``start:end``) out of a float64 ``problem``."""
+    q = problem.q[b, start:end].transpose(0, 1)  # [H, L, K]
+    k = problem.k[b, start:end].transpose(0, 1)
+    if problem.l2norm_qk:
+        q, k = l2norm(q), l2norm(k)
+    v = problem.v[b, start:end].transpose(0, 1)  # [H, L, V]
+    beta = problem.beta[b, start:end].transpose(0, 1)  # [H, L]
+    g = None if problem.g is None else problem.g[b, start:end].transpose(0, 1)
+    H, _, K = q.shape
+    V = v.shape[-1]
+    S0 = q.new_zeros(H, K, V) if problem.initial_state is None else problem.initial_state[n]
+    return DeltaSequence(q=q, k=k, v=v, beta=beta, g=g, S0=S0)
+
+
+def assemble(
+    problem: DeltaProblem, one_sequence: Callable[[DeltaSequence], SequenceResult]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run ``one_sequence`` on every sequence of a float64 problem and assemble ``(o, S_T)``."""
+    outputs, states = [], []
+    for n, b, start, end in problem.sequences():
+        o, S = one_sequence(sequence_inputs(problem, n, b, start, end))
+        outputs.append(o)
+        states.append(S)
+    # Sequences tile the (B, T) axes in order, so concatenating their rows restores [B, T, H, V].
+    o = torch.cat(outputs, dim=0).reshape(*problem.q.shape[:3], problem.v.shape[-1])
+    return o, (torch.stack(states, dim=0) if problem.output_final_state else None)
+
+
+def delta_recurrent(problem: DeltaProblem) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Evaluate the problem token by token in float64, exactly as the recurrence is written.
+
+    Per sequence and token: S' = diag(exp(g_t)) S, u = beta_t (v_t - S'^T k_t),
+    S = S' + k_t u^T, o_t = (s q_t)^T S (the scale multiplies q first, as FLA does).
+
+    Args:
+        problem: A validated `DeltaProblem` (converted to float64; autograd flows through).
+
+    Returns:
+        ``(o, final_state)``: o ``[B, T, H, V]`` float64; S_T ``[N, H, K, V]`` float64, or
+        `None` unless ``problem.output_final_state``.
+
+    Raises:
+        InvalidArgument: if ``problem`` is not a `DeltaProblem`.
+    """
+    require_delta_problem(problem)
+    p = problem.to(torch.float64)
+    return assemble(p, lambda seq: _recurrent(seq, p.scale))
+
+
+def _recurrent(seq: DeltaSequence, scale: float) -> SequenceResult:
+    H, L, _ = seq.q.shape
+    S = seq.S0  # [H, K, V]
+    sq = scale * seq.q
+    decay = None if seq.g is None else torch.exp(seq.g)  # [H, L] or [H, L, K]
+    outputs = []
+    for t in range(L):
+        if decay is not None:
+            d = decay[:, t, :, None] if decay.ndim == 3 else decay[:, t, None, None]
+            S = d * S
+        k_t = seq.k[:, t, :, None]  # [H, K, 1]
+        u = seq.beta[:, t, None] * (seq.v[:, t] - (S * k_t).sum(1))  # [H, V]
+        S = S + k_t * u[:, None, :]
+        outputs.append((sq[:, t, :, None] * S).sum(1))  # [H, V]
+    if not outputs:
+        return seq.v.new_zeros(0, H, seq.v.shape[-1]), S
+    return torch.stack(outputs, dim=0), S
+
+
+def delta_chunked(
+    problem: DeltaProblem, chunk_size: int = 16
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Evaluate the problem in the chunked WY / UT form in float64 (module docstring).
+
+    The last chunk of a sequence is shorter when its length is not a multiple of
+    ``chunk_size``; nothing is padded.
+
+    Args:
+        problem: A validated `DeltaProblem` (converted to float64; autograd flows through).
+        chunk_size: Tokens per chunk, an int >= 1. Default: `16`.
+
+    Returns:
+        ``(o, final_state)`` as `delta_recurrent` returns them.
+
+    Raises:
+        InvalidArgument: if ``problem`` is not a `DeltaProblem` or ``chunk_size`` is not an
+            int >= 1.
+    """
+    require_delta_problem(problem)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise InvalidArgument(f"Got chunk_size={chunk_size!r}, but chunk_size must be an int >= 1.")
+    p = problem.to(torch.float64)
+    return assemble(p, lambda seq: _chunked(seq, p.scale, chunk_size))
+
+
+def forward_substitution_inverse(L: torch.Tensor) -> torch.Tensor:
+    """Return T = L^{-1} for unit lower-triangular L ``[..., c, c]``, row by row.
+
+    T_i = e_i - Σ_{j<i} L_ij T_j (row i of L T = I solved for T_i). Built out of place so
+    autograd can differentiate it.
+    """
+    c = L.shape[-1]
+    eye = torch.eye(c, dtype=L.dtype, device=L.device).expand(L.shape)
+    rows: list[torch.Tensor] = []
+    for i in range(c):
+        row = eye[..., i, :]
+        if i:
+            previous = torch.stack(rows, dim=-2)  # [..., i, c]
+            row = row - (L[..., i, :i, None] * previous).sum(-2)
+        rows.append(row)
+    return torch.stack(rows, dim=-2)
+
+
+def pair_weights(G: torch.Tensor, *, strict: bool, vector: bool) -> torch.Tensor:
+    """Return exp(G_i - G_j) for j < i (``strict``) or j <= i, else 0: ``[..., c, c(, K)]``.
+
+    G is the chunk-local cumulative gate, ``[..., c]`` or with ``vector`` ``[..., c, K]``.
+    Masked pairs get the exponent 0 before the exp, so no exponent is ever positive.
+    """
+    if vector:
+        diff = G[..., :, None, :] - G[..., None, :, :]  # [..., c, c, K]
+        c = G.shape[-2]
+    else:
+        diff = G[..., :, None] - G[..., None, :]  # [..., c, c]
+        c = G.shape[-1]
+    mask = torch.ones(c, c, dtype=torch.bool, device=G.device).tril(-1 if strict else 0)
+    if vector:
+        mask = mask[..., None]
+    return torch.where(mask, torch.exp(torch.where(mask, diff, 0.0)), 0.0)
+
+
+def _chunked(seq: DeltaSequence, scale: float, C: int) -> SequenceResult:
+    H, L, _ = seq.q.shape
+    S = seq.S0  # [H, K, V]
+    outputs = []
+    for start in range(0, L, C):
+        end = min(start + C, L)
+        c = end - start
+        q, k, v = seq.q[:, start:end], seq.k[:, start:end], seq.v[:, start:end]
+        beta = seq.beta[:, start:end]  # [H, c]
+        state_decay: torch.Tensor | None
+        if seq.g is None:
+            kk = k @ k.transpose(-1, -2)  # [H, c, c]
+            qk = q @ k.transpose(-1, -2)
+            ones = torch.ones(c, c, dtype=kk.dtype)
+            Akk, Aqk = kk * ones.tril(-1), qk * ones.tril()
+            k_in, q_in, k_out = k, q, k
+            state_decay = None
+        elif seq.g.ndim == 2:
+            G = seq.g[:, start:end].cumsum(-1)  # [H, c]
+            Akk = (k @ k.transpose(-1, -2)) * pair_weights(G, strict=True, vector=False)
+            Aqk = (q @ k.transpose(-1, -2)) * pair_weights(G, strict=False, vector=False)
+            k_in, q_in = k * torch.exp(G)[..., None], q * torch.exp(G)[..., None]
+            k_out = k * torch.exp(G[:, -1:] - G)[..., None]
+            state_decay = torch.exp(G[:, -1])[:, None, None]  # [H, 1, 1]
+        else:
+            # A vector gate: the weight of dimension m stays inside the K-sum.
+            G = seq.g[:, start:end].cumsum(-2)  # [H, c, K]
+            kk_m = k[:, :, None, :] * k[:, None, :, :]  # [H, c, c, K]
+            qk_m = q[:, :, None, :] * k[:, None, :, :]
+            Akk = (kk_m * pair_weights(G, strict=True, vector=True)).sum(-1)
+            Aqk = (qk_m * pair_weights(G, strict=False, vector=True)).sum(-1)
+            k_in, q_in = k * torch.exp(G), q * torch.exp(G)
+            k_out = k * torch.exp(G[:, -1:, :] - G)
+            state_decay = torch.exp(G[:, -1, :])[:, :, None]  # [H, K, 1]
+        eye = torch.eye(c, dtype=k.dtype)
+        Lmat = eye + beta[..., None] * Akk  # unit lower triangular [H, c, c]
+        T = forward_substitution_inverse(Lmat)
+        W = T @ (beta[..., None] * k_in)  # [H, c, K]
+        U = T @ (beta[..., None] * v)  # [H, c, V]
+        Vn = U - W @ S  # [H, c, V]
+        outputs.append(scale * (q_in @ S + Aqk @ Vn))  # [H, c, V]
+        decayed = S if state_decay is None else state_decay * S
+        S = decayed + k_out.transpose(-1, -2) @ Vn
+    if not outputs:
+        return seq.v.new_zeros(0, H, seq.v.shape[-1]), S
+    return torch.cat(outputs, dim=1).transpose(0, 1), S
+
+
+__all__ = [
+    "DeltaSequence",
+    "assemble",
+    "delta_chunked",
+    "delta_recurrent",
+    "forward_substitution_inverse",
+    "pair_weights",
+    "require_delta_problem",
+    "sequence_inputs",
+]
