@@ -149,6 +149,12 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     run.add_argument(
+        "--no-render",
+        action="store_true",
+        help="write the results (run.json) but not the Markdown and HTML report with its plots "
+        "(about 3 s); `linattn-verify report DIR` renders them later",
+    )
+    run.add_argument(
         "--fail-fast", action="store_true", help="stop at the first property that fails"
     )
     run.add_argument(
@@ -221,7 +227,7 @@ def command(args: argparse.Namespace) -> int:
     for verdict in report.verdicts:
         # The settled verdicts: "not_run" and "not_applicable" are decided at the end.
         writer.add_verdict(verdict)
-    document = writer.finish()
+    document = writer.finish(render=not args.no_render)
     if args.json:
         print(json.dumps(document, default=str))
     findings = _print_findings(document, report.verdicts, out)

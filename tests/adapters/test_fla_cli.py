@@ -39,7 +39,7 @@ TARGETS = {
 )
 @pytest.mark.parametrize("target", TARGETS.values(), ids=TARGETS.keys())
 def test_fla_function_passes_check(target: list[str], tmp_path: Path) -> None:
-    code = main(["check", *target, *SEARCH, "--report", str(tmp_path)])
+    code = main(["check", *target, *SEARCH, "--report", str(tmp_path), "--no-render"])
     verdicts = json.loads((tmp_path / "run.json").read_text())["verdicts"]
     failed = [v["message"] for v in verdicts if v["status"] == "failed"]
     assert code == EXIT_OK, failed
