@@ -12,11 +12,16 @@ from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 def replay_command(path: Path) -> int:
     """``linattn-verify replay FILE``."""
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.failures import replay
+    from linattn_verify.failures import load_failure, replay
     from linattn_verify.registry import registered_kernels, registered_properties
+    from linattn_verify.running import select_kernels
 
     try:
-        result = replay(path, properties=registered_properties(), kernels=registered_kernels())
+        kernels = registered_kernels()
+        if load_failure(path).kernel.startswith("fla/"):
+            # FLA's kernels are not registered (importing FLA costs seconds): as `run` does.
+            kernels.update({k.name: k for k in select_kernels(["fla/*"])})
+        result = replay(path, properties=registered_properties(), kernels=kernels)
     except (InvalidArgument, FileNotFoundError, ValueError) as exc:
         print(f"linattn-verify replay: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -14,6 +14,7 @@ import importlib.util
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,8 +24,10 @@ from linattn_properties.oracle import (
 
 from linattn_verify import interpreter
 from linattn_verify.adapters import fla as fla_adapters
-from linattn_verify.errors import InvalidArgument
+from linattn_verify.cli import EXIT_FAILED, main
+from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.kernel import Kernel
+from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec
 
 HAVE_FLA = importlib.util.find_spec("fla") is not None
@@ -221,6 +224,24 @@ def test_lightning_chunk_nan_final_state(kernels: dict[str, Kernel]) -> None:
     result = gradients_match_oracle(spec, kernels["fla/lightning_attn.chunk"])
     assert not result.ok
     assert "final_state" in result.report()
+
+
+@needs_fla
+def test_a_saved_fla_failure_replays_from_the_command_line(
+    kernels: dict[str, Kernel], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run` prints ``linattn-verify replay FILE`` for FLA's failures: FLA's kernels are not
+    registered, so replay must load them the way `run` does."""
+    kernel = kernels["fla/lightning_attn.chunk"]
+    spec = replace(CASES["fp32-T1-h0"].spec(kernel), initial_state=False)
+    with pytest.raises(PropertyViolation) as info:
+        check_property(gradients_match_oracle, spec, kernel, directory=tmp_path, steer=False)
+    assert info.value.failure_file is not None
+    capsys.readouterr()
+    assert main(["replay", str(info.value.failure_file)]) == EXIT_FAILED
+    assert "Reproduces: gradients_match_oracle still fails for fla/lightning_attn.chunk" in (
+        capsys.readouterr().out
+    )
 
 
 @needs_fla
