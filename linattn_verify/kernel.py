@@ -56,8 +56,9 @@ class Capabilities:
         gates: The shapes of ``g`` it takes where it declares ``decay``: ``"scalar"``
             (``[B, T, H]``), ``"vector"`` (``[B, T, H, K]``, a gate per key dimension, as GLA's
             kernels) or both. Default: `("scalar",)`.
-        decay_required: Takes no ``g=None``: a problem without decay is outside its domain
-            (FLA's ``chunk_gla`` asserts a gate); it is given ``g = 0`` instead. Default: `False`.
+        decay_required: Takes no ``g=None`` (FLA's ``chunk_gla`` asserts a gate): problems
+            without decay are outside its domain, and the search draws g = 0 (the ``"zero"``
+            family) for that case instead. Default: `False`.
         backward: Differentiable in q, k, v (and g, initial state). Default: `True`.
         varlen: Accepts ``cu_seqlens``. Default: `False`.
         initial_state: Accepts ``initial_state``. Default: `True`.

@@ -49,8 +49,8 @@ def add_parser(sub: Any) -> None:
     sem.add_argument(
         "--decay-required",
         action="store_true",
-        help="the kernel takes no g=None (FLA's chunk_gla asserts a gate): problems without "
-        "decay are given g = 0 instead",
+        help="the kernel takes no g=None (FLA's chunk_gla asserts a gate): no case without "
+        "decay is drawn (g = 0 stands for it)",
     )
     sem.add_argument(
         "--feature-map",
