@@ -67,8 +67,52 @@ initial state, no final state, one dense sequence per batch row (`validate_probl
 """
 
 
+class PackedTokens:
+    """The token layout the problems of every family share.
+
+    ``[B, T, H, ...]`` tensors, a gate g ``[B, T, H]`` or ``[B, T, H, K]`` (or `None`), and
+    packed sequences (``cu_seqlens``). A mixin for the frozen problem dataclasses (`Problem`,
+    `linattn_verify.delta.DeltaProblem`): it holds no fields of its own, only what follows from
+    q, v, g and ``cu_seqlens``.
+    """
+
+    q: torch.Tensor
+    v: torch.Tensor
+    g: torch.Tensor | None
+    cu_seqlens: torch.Tensor | None
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """``(B, T, H, K, V)``."""
+        B, T, H, K = self.q.shape
+        return B, T, H, K, self.v.shape[-1]
+
+    @property
+    def vector_gate(self) -> bool:
+        """Whether g is a vector gate ``[B, T, H, K]`` (one decay per key dimension)."""
+        return self.g is not None and self.g.ndim == 4
+
+    @property
+    def num_sequences(self) -> int:
+        """N: the number of independent sequences (B, or len(cu_seqlens) - 1)."""
+        if self.cu_seqlens is None:
+            return int(self.q.shape[0])
+        return int(self.cu_seqlens.numel()) - 1
+
+    def sequences(self) -> Iterator[tuple[int, int, int, int]]:
+        """Yield ``(n, b, start, end)`` per sequence: its state row, batch row and token span."""
+        T = self.q.shape[1]
+        if self.cu_seqlens is None:
+            for b in range(self.q.shape[0]):
+                yield b, b, 0, T
+        else:
+            bounds = self.cu_seqlens.tolist()
+            for n in range(len(bounds) - 1):
+                yield n, 0, int(bounds[n]), int(bounds[n + 1])
+
+
 @dataclass(frozen=True)
-class Problem:
+class Problem(PackedTokens):
     """A validated instance of the function: inputs plus every option resolved.
 
     Attributes:
@@ -104,35 +148,6 @@ class Problem:
     output_final_state: bool
     cu_seqlens: torch.Tensor | None
     omit: frozenset[str] = frozenset()
-
-    @property
-    def shape(self) -> tuple[int, int, int, int, int]:
-        """``(B, T, H, K, V)``."""
-        B, T, H, K = self.q.shape
-        return B, T, H, K, self.v.shape[-1]
-
-    @property
-    def vector_gate(self) -> bool:
-        """Whether g is a vector gate ``[B, T, H, K]`` (one decay per key dimension)."""
-        return self.g is not None and self.g.ndim == 4
-
-    @property
-    def num_sequences(self) -> int:
-        """N: the number of independent sequences (B, or len(cu_seqlens) - 1)."""
-        if self.cu_seqlens is None:
-            return int(self.q.shape[0])
-        return int(self.cu_seqlens.numel()) - 1
-
-    def sequences(self) -> Iterator[tuple[int, int, int, int]]:
-        """Yield ``(n, b, start, end)`` per sequence: its state row, batch row and token span."""
-        T = self.q.shape[1]
-        if self.cu_seqlens is None:
-            for b in range(self.q.shape[0]):
-                yield b, b, 0, T
-        else:
-            bounds = self.cu_seqlens.tolist()
-            for n in range(len(bounds) - 1):
-                yield n, 0, int(bounds[n]), int(bounds[n + 1])
 
     def at_default(self) -> frozenset[str]:
         """Return the arguments (of `OMITTABLE`) whose value is the calling convention's default.
@@ -432,4 +447,11 @@ def _check_initial_state(
     return S0, z0
 
 
-__all__ = ["FLOAT_DTYPES", "OMITTABLE", "Problem", "check_feature_map", "validate_problem"]
+__all__ = [
+    "FLOAT_DTYPES",
+    "OMITTABLE",
+    "PackedTokens",
+    "Problem",
+    "check_feature_map",
+    "validate_problem",
+]

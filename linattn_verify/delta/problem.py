@@ -51,21 +51,20 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.semantics import FLOAT_DTYPES
+from linattn_verify.semantics import FLOAT_DTYPES, PackedTokens
 
 L2NORM_EPS = 1e-6
 """The eps of FLA's in-kernel L2 normalisation x / sqrt(Σ x² + eps), used exactly as given."""
 
 
 @dataclass(frozen=True)
-class DeltaProblem:
+class DeltaProblem(PackedTokens):
     """A validated instance of the delta rule: inputs plus every option resolved.
 
     Attributes:
@@ -92,35 +91,6 @@ class DeltaProblem:
     initial_state: torch.Tensor | None
     output_final_state: bool
     cu_seqlens: torch.Tensor | None
-
-    @property
-    def shape(self) -> tuple[int, int, int, int, int]:
-        """``(B, T, H, K, V)``."""
-        B, T, H, K = self.q.shape
-        return B, T, H, K, self.v.shape[-1]
-
-    @property
-    def vector_gate(self) -> bool:
-        """Whether g is a vector gate ``[B, T, H, K]`` (one decay per key dimension)."""
-        return self.g is not None and self.g.ndim == 4
-
-    @property
-    def num_sequences(self) -> int:
-        """N: the number of independent sequences (B, or len(cu_seqlens) - 1)."""
-        if self.cu_seqlens is None:
-            return int(self.q.shape[0])
-        return int(self.cu_seqlens.numel()) - 1
-
-    def sequences(self) -> Iterator[tuple[int, int, int, int]]:
-        """Yield ``(n, b, start, end)`` per sequence: its state row, batch row and token span."""
-        T = self.q.shape[1]
-        if self.cu_seqlens is None:
-            for b in range(self.q.shape[0]):
-                yield b, b, 0, T
-        else:
-            bounds = self.cu_seqlens.tolist()
-            for n in range(len(bounds) - 1):
-                yield n, 0, int(bounds[n]), int(bounds[n + 1])
 
     def describe(self) -> str:
         """Return a one-line description: shapes, dtype and every option."""
