@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from linattn_verify._bounds.forward import ForwardPieces
+from linattn_verify._bounds.terms import SequenceTerms
 
 
 @dataclass(frozen=True)
@@ -115,13 +116,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     out["M_g"] = reverse_cumsum(M_dG)
     steps = torch.arange(seq.L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)
     out["B_g"] = reverse_cumsum(B_dG) + u.acc * steps * out["M_g"]
-    # dq = dφ(q) ⊙ φ'(q): one more multiply, and the error of φ'.
-    for name, M_f, B_f, dphi, dphi_err in (
-        ("q", M_dqf, B_dqf, seq.q_dphi, seq.q_dphi_err),
-        ("k", M_dkf, B_dkf, seq.k_dphi, seq.k_dphi_err),
-    ):
-        out["M_" + name] = M_f * dphi.abs()
-        out["B_" + name] = B_f * dphi.abs() + M_f * dphi_err + u.arith * out["M_" + name]
+    add_feature_map_chain(out, seq, (M_dqf, B_dqf), (M_dkf, B_dkf))
     # Unverifiable: anything that depends on a row whose denominator is not certified.
     bad = f.bad
     bad_key = ((W_tok > 0) & bad[..., None]).any(-2)  # [H, L]: some later row t >= j is bad
@@ -219,6 +214,25 @@ def _add_lost_intermediates(
     out["B_z0"] = out["B_z0"] + c * (s1 * (qz1 * (do1 * o1).sum(-1, keepdim=True)).sum(1) + dz1)
     C_dG = (q1 * C_dqf).sum(-1) + (k1 * C_dkf).sum(-1) + c * seq.K
     return B_dqf + C_dqf, B_dkf + C_dkf, B_dG + C_dG
+
+
+def add_feature_map_chain(
+    out: dict[str, torch.Tensor],
+    seq: SequenceTerms,
+    dq_features: tuple[torch.Tensor, torch.Tensor],
+    dk_features: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    """Set ``M_q, B_q, M_k, B_k`` from the features' gradients ``(M, B)`` of dφ(q), dφ(k).
+
+    dq = dφ(q) ⊙ φ'(q): one more multiply, and the error of φ' (the same for a vector gate).
+    """
+    u = seq.units
+    for name, (M_f, B_f), dphi, dphi_err in (
+        ("q", dq_features, seq.q_dphi, seq.q_dphi_err),
+        ("k", dk_features, seq.k_dphi, seq.k_dphi_err),
+    ):
+        out["M_" + name] = M_f * dphi.abs()
+        out["B_" + name] = B_f * dphi.abs() + M_f * dphi_err + u.arith * out["M_" + name]
 
 
 def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from linattn_verify._bounds.forward import ForwardPieces
-from linattn_verify._bounds.gradients import Cotangents, reverse_cumsum
+from linattn_verify._bounds.gradients import Cotangents, add_feature_map_chain, reverse_cumsum
 
 
 def _rows(X: torch.Tensor, P: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -172,12 +172,7 @@ def vector_backward_sequence(
     out["M_g"] = reverse_cumsum(M_dG.transpose(1, 2)).transpose(1, 2)
     steps = torch.arange(L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)[:, None]
     out["B_g"] = reverse_cumsum(B_dG.transpose(1, 2)).transpose(1, 2) + u.acc * steps * out["M_g"]
-    for name, M_f, B_f, dphi, dphi_err in (
-        ("q", M_dqf, B_dqf, seq.q_dphi, seq.q_dphi_err),
-        ("k", M_dkf, B_dkf, seq.k_dphi, seq.k_dphi_err),
-    ):
-        out["M_" + name] = M_f * dphi.abs()
-        out["B_" + name] = B_f * dphi.abs() + M_f * dphi_err + u.arith * out["M_" + name]
+    add_feature_map_chain(out, seq, (M_dqf, B_dqf), (M_dkf, B_dkf))
     # Unverifiable: anything that depends on a row whose denominator is not certified; per
     # dimension for dg (key j of dimension m is seen by row t when w_tjm > 0).
     bad = f.bad
