@@ -192,6 +192,21 @@ def empty_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devic
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def forward_outputs(x: Inputs, *, unrounded: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Allocate the forward's output o ``[B, T, H, V]`` and denominator ``[B, T, H]`` buffers.
+
+    With ``unrounded`` (a normalized output whose backward reads o before its rounding to the
+    input dtype) o is fp32 and the denominator is kept; otherwise o is an `empty_output` in the
+    input dtype and there is no denominator buffer.
+    """
+    shape = (x.B, x.T, x.H, x.V)
+    device = x.q.device
+    if unrounded:
+        den = torch.empty(shape[:3], dtype=torch.float32, device=device)
+        return torch.empty(shape, dtype=torch.float32, device=device), den
+    return empty_output(shape, x.q.dtype, device), None
+
+
 def finish_output(buffer: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Round a buffer from `empty_output` to ``dtype`` (a no-op when it already is)."""
     return buffer if buffer.dtype == dtype else buffer.to(dtype)

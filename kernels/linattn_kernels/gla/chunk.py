@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from linattn_kernels.common.args import Inputs, empty_output, finish_output
+from linattn_kernels.common.args import Inputs, empty_output, finish_output, forward_outputs
 from linattn_kernels.common.blocks import chunk_block, chunk_num_warps, dot_low
 from linattn_kernels.common.decay import vector_chunk_decay
 from linattn_kernels.common.division import divide_or_zero, reciprocal
@@ -248,11 +248,7 @@ def gla_chunk_fwd(x: Inputs, *, chunk_size: int) -> Forward:
     low = dot_low(dtype)
     states = gla_chunk_fwd_h(x, table=table, store_final=x.output_final_state, dot_low=low)
     BV = chunk_block(V)
-    if x.normalize:
-        o = torch.empty(B, T, H, V, dtype=torch.float32, device=device)
-        den = torch.empty(B, T, H, dtype=torch.float32, device=device)
-    else:
-        o, den = empty_output((B, T, H, V), dtype, device), None
+    o, den = forward_outputs(x, unrounded=x.normalize)
     gla_chunk_fwd_kernel_o[(table.num_chunks, triton.cdiv(V, BV), H)](
         q=x.q, k=x.k, v=x.v, g=x.g, h=states.h, hz=states.hz, o=o, den=den,
         cu_seqlens=table.cu_seqlens, chunk_indices=table.chunk_indices, scale=x.scale, eps=x.eps,

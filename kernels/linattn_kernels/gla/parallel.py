@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from linattn_kernels import _backend
-from linattn_kernels.common.args import Inputs, empty_output, finish_output
+from linattn_kernels.common.args import Inputs, empty_output, finish_output, forward_outputs
 from linattn_kernels.common.blocks import blocks, chunk_block, dot_low
 from linattn_kernels.common.division import divide_or_zero, vanishes
 from linattn_kernels.common.feature_maps import feature_map_grad
@@ -354,11 +354,7 @@ def gla_parallel_fwd(x: Inputs) -> Forward:
     gla_parallel_fwd_kernel_cumsum[(N, H, triton.cdiv(K, BK))](
         g=x.g, G=G, cu_seqlens=table.cu_seqlens, H=H, K=K, BT=64, BK=BK
     )  # fmt: skip
-    if x.normalize:
-        o_acc = torch.empty(B, T, H, V, dtype=torch.float32, device=device)
-        Z = torch.empty(B, T, H, dtype=torch.float32, device=device)
-    else:
-        o_acc, Z = empty_output((B, T, H, V), dtype, device), None
+    o_acc, Z = forward_outputs(x, unrounded=x.normalize)
     gla_parallel_fwd_kernel[(table.num_chunks, H)](
         q=x.q, k=x.k, v=x.v, G=G, h0=x.h0, z0=x.z0, o=o_acc, Z=Z,
         chunk_indices=table.chunk_indices, cu_seqlens=table.cu_seqlens, scale=x.scale, eps=x.eps,

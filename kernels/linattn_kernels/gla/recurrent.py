@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from linattn_kernels.common.args import Inputs, empty_output, finish_output
+from linattn_kernels.common.args import Inputs, empty_output, finish_output, forward_outputs
 from linattn_kernels.common.blocks import recurrent_blocks
 from linattn_kernels.common.division import divide_or_zero
 from linattn_kernels.common.feature_maps import feature_map, feature_map_grad
@@ -214,15 +214,11 @@ def gla_recurrent_fwd(x: Inputs, *, for_backward: bool = False) -> Forward:
     Returns:
         The `Forward`, as `linattn_kernels.linear_attn.recurrent.recurrent_fwd`'s.
     """
-    B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
+    T, H, K, V, N = x.T, x.H, x.K, x.V, x.N
     device, dtype = x.q.device, x.q.dtype
     BK, BV, num_warps = recurrent_blocks(K, V)
     keep = x.normalize and for_backward
-    if keep:
-        o = torch.empty(B, T, H, V, dtype=torch.float32, device=device)
-        den = torch.empty(B, T, H, dtype=torch.float32, device=device)
-    else:
-        o, den = empty_output((B, T, H, V), dtype, device), None
+    o, den = forward_outputs(x, unrounded=keep)
     ht = zt = None
     if x.output_final_state:
         ht = torch.empty(N, H, K, V, dtype=torch.float32, device=device)

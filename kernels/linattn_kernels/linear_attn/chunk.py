@@ -19,7 +19,14 @@ import triton
 import triton.language as tl
 
 from linattn_kernels import _backend
-from linattn_kernels.common.args import INPUT_DTYPES, Inputs, empty_output, finish_output, prepare
+from linattn_kernels.common.args import (
+    INPUT_DTYPES,
+    Inputs,
+    empty_output,
+    finish_output,
+    forward_outputs,
+    prepare,
+)
 from linattn_kernels.common.blocks import chunk_block, chunk_num_warps, dot_low
 from linattn_kernels.common.decay import chunk_decay, masked_decay
 from linattn_kernels.common.division import divide_or_zero, reciprocal
@@ -299,12 +306,8 @@ def chunk_fwd(x: Inputs, *, chunk_size: int) -> Forward:
     low = dot_low(dtype)
     states = chunk_fwd_h(x, table=table, store_final=x.output_final_state, dot_low=low)
     BV = chunk_block(V)
-    if x.normalize:
-        # The backward takes do · o from the unrounded output.
-        o = torch.empty(B, T, H, V, dtype=torch.float32, device=device)
-        den = torch.empty(B, T, H, dtype=torch.float32, device=device)
-    else:
-        o, den = empty_output((B, T, H, V), dtype, device), None
+    # The backward takes do · o from the unrounded output.
+    o, den = forward_outputs(x, unrounded=x.normalize)
     chunk_fwd_kernel_o[(table.num_chunks, triton.cdiv(V, BV), H)](
         q=x.q, k=x.k, v=x.v, g=x.g, h=states.h, hz=states.hz, o=o, den=den,
         cu_seqlens=table.cu_seqlens, chunk_indices=table.chunk_indices, scale=x.scale, eps=x.eps,

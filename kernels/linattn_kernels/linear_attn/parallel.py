@@ -22,7 +22,14 @@ import triton
 import triton.language as tl
 
 from linattn_kernels import _backend
-from linattn_kernels.common.args import INPUT_DTYPES, Inputs, empty_output, finish_output, prepare
+from linattn_kernels.common.args import (
+    INPUT_DTYPES,
+    Inputs,
+    empty_output,
+    finish_output,
+    forward_outputs,
+    prepare,
+)
 from linattn_kernels.common.blocks import blocks, dot_low
 from linattn_kernels.common.decay import masked_decay
 from linattn_kernels.common.division import divide_or_zero, vanishes
@@ -325,11 +332,7 @@ def parallel_fwd(x: Inputs) -> Forward:
     if x.g is not None:
         G = torch.empty(B, T, H, dtype=torch.float32, device=device)
         parallel_fwd_kernel_cumsum[(N, H)](g=x.g, G=G, cu_seqlens=table.cu_seqlens, H=H, BT=64)
-    if x.normalize:
-        o_acc = torch.empty(B, T, H, V, dtype=torch.float32, device=device)
-        Z = torch.empty(B, T, H, dtype=torch.float32, device=device)
-    else:
-        o_acc, Z = empty_output((B, T, H, V), dtype, device), None
+    o_acc, Z = forward_outputs(x, unrounded=x.normalize)
     parallel_fwd_kernel[(table.num_chunks, H)](
         q=x.q, k=x.k, v=x.v, G=G, h0=x.h0, z0=x.z0, o=o_acc, Z=Z,
         chunk_indices=table.chunk_indices, cu_seqlens=table.cu_seqlens, scale=x.scale, eps=x.eps,

@@ -17,7 +17,14 @@ import triton
 import triton.language as tl
 
 from linattn_kernels import _backend
-from linattn_kernels.common.args import INPUT_DTYPES, Inputs, empty_output, finish_output, prepare
+from linattn_kernels.common.args import (
+    INPUT_DTYPES,
+    Inputs,
+    empty_output,
+    finish_output,
+    forward_outputs,
+    prepare,
+)
 from linattn_kernels.common.blocks import recurrent_blocks
 from linattn_kernels.common.division import divide_or_zero
 from linattn_kernels.common.feature_maps import feature_map, feature_map_grad
@@ -252,16 +259,12 @@ def recurrent_fwd(x: Inputs, *, for_backward: bool = False) -> Forward:
     """
     if x.g is not None and x.g.ndim == 4:
         return gla_recurrent_fwd(x, for_backward=for_backward)
-    B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
+    T, H, K, V, N = x.T, x.H, x.K, x.V, x.N
     device, dtype = x.q.device, x.q.dtype
     BK, BV, num_warps = recurrent_blocks(K, V)
     # The backward needs dZ_t = -do_t·o_t / Z_t from the unrounded output.
     keep = x.normalize and for_backward
-    if keep:
-        o = torch.empty(B, T, H, V, dtype=torch.float32, device=device)
-        den = torch.empty(B, T, H, dtype=torch.float32, device=device)
-    else:
-        o, den = empty_output((B, T, H, V), dtype, device), None
+    o, den = forward_outputs(x, unrounded=keep)
     ht = zt = None
     if x.output_final_state:
         ht = torch.empty(N, H, K, V, dtype=torch.float32, device=device)
