@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from linattn_verify.errors import InvalidArgument, PropertyViolation
+from linattn_verify.families import family_of
 from linattn_verify.kernel import Kernel
 from linattn_verify.results import CaseRecord, PropertyVerdict
 from linattn_verify.targets import KernelTimeout, load_target, with_timeout
@@ -126,12 +127,14 @@ def check_kernel(
     rounds see new cases. A search stops starting cases when its slice (or the budget) is spent;
     the first round's searches run `FIRST_ROUND_EXAMPLES` cases at most, later ones as many as
     the property's speed so far fits in the slice (at most `MAX_SEARCH_EXAMPLES`). The first
-    round draws realistic values only (`REALISTIC_FAMILIES`: a failure at magnitudes models
-    produce is found before one at extreme magnitudes) and always runs, whatever the budget, so
-    every property is tried. Then the size reach (`linattn_verify.reach`) checks the boundary
-    sizes for up to `REACH_SHARE` of the budget, then the rounds go on with every value family.
-    A failure is shrunk to a minimal case (for at most `SHRINK_SHARE` of the budget), diagnosed
-    (`linattn_verify.diagnosis`, within the same share) and saved in ``search.failures_dir``;
+    round draws realistic values only (the kernel's family's realistic cases, `Family.cases_for`:
+    a failure at magnitudes models produce is found before one at extreme magnitudes) and always
+    runs, whatever the budget, so every property is tried. Then the size reach
+    (`linattn_verify.reach`, for the families it knows) checks the boundary sizes for up to
+    `REACH_SHARE` of the budget, then the rounds go on with every value family. A failure is
+    shrunk to a minimal case (for at most `SHRINK_SHARE` of the budget), diagnosed
+    (`linattn_verify.diagnosis`, where the family has one, within the same share) and saved in
+    ``search.failures_dir``;
     with ``search.fail_fast`` the check stops there.
 
     Args:
@@ -143,8 +146,6 @@ def check_kernel(
     Raises:
         InvalidArgument: if the budget is not a positive number.
     """
-    from linattn_verify.strategies import REALISTIC_FAMILIES, kernel_specs
-
     budget = search.budget
     if not (isinstance(budget, int | float) and budget > 0 and math.isfinite(budget)):
         raise InvalidArgument(f"Got budget={budget!r}, but the budget must be a positive number.")
@@ -154,10 +155,9 @@ def check_kernel(
     seen: dict[str, set[str]] = {name: set() for name in properties}
     drawn_T = DRAWN_SEQ_LEN if search.max_seq_len is None else search.max_seq_len
     max_T, max_D = min(drawn_T, DRAWN_SEQ_LEN), search.max_head_dim
-    realistic = kernel_specs(
-        kernel, max_seq_len=max_T, max_head_dim=max_D, values=REALISTIC_FAMILIES
-    )
-    every_family = kernel_specs(kernel, max_seq_len=max_T, max_head_dim=max_D)
+    family = family_of(kernel)
+    realistic = family.cases_for(kernel, max_seq_len=max_T, max_head_dim=max_D, realistic=True)
+    every_family = family.cases_for(kernel, max_seq_len=max_T, max_head_dim=max_D, realistic=False)
     slice_ = budget / (SLICES * max(1, len(properties)))
 
     def stopped() -> bool:
@@ -199,7 +199,7 @@ def check_kernel(
             f"  round {round_ + 1}: {seconds:.2g} s per property, "
             f"{sum(v.ok for v in verdicts.values())}/{len(verdicts)} holding, {elapsed:.1f} s"
         )
-        if round_ == 0 and search.reach and not stopped():
+        if round_ == 0 and search.reach and family.reach and not stopped():
             reach_seconds = min(REACH_SHARE * budget, budget - elapsed)
             _reach(kernel, properties, search, verdicts, listener, started, reach_seconds)
         if time.perf_counter() - started >= budget:
@@ -327,7 +327,7 @@ def _diagnosed(
     from linattn_verify.running import violation
 
     result = failure.result
-    if result is None:
+    if result is None or not family_of(kernel).diagnose:
         return failure
     text = diagnose(prop, spec, kernel, result, time_limit=seconds)
     if text is None:

@@ -3,7 +3,7 @@
 
 A failure is two files side by side in a failures directory:
 
-* ``<property>-<kernel>.json``: the property and kernel names, the `ProblemSpec` fields, the
+* ``<property>-<kernel>.json``: the property and kernel names, the family and its case's fields, the
   result (status, comparisons, reason), a one-line repro and the package versions;
 * ``<property>-<kernel>.pt``: the built input tensors, so the exact inputs survive a change of
   the value generator.
@@ -36,9 +36,6 @@ from linattn_verify.results import PropertyResult
 if TYPE_CHECKING:
     import torch
 
-    from linattn_verify.kernel import Kernel
-    from linattn_verify.semantics import Problem
-    from linattn_verify.strategies import ProblemSpec
 
 FORMAT_VERSION = 2
 """Version of the saved JSON document; bumped when its fields change meaning."""
@@ -77,7 +74,7 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
 
 
-def _problem_tensors(problem: Problem) -> dict[str, torch.Tensor]:
+def _problem_tensors(problem: Any) -> dict[str, torch.Tensor]:
     tensors = dict(problem.inputs())
     if problem.cu_seqlens is not None:
         tensors["cu_seqlens"] = problem.cu_seqlens
@@ -93,7 +90,7 @@ def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
 
 def save_failure(
     result: PropertyResult,
-    spec: ProblemSpec,
+    spec: Any,
     kernel_name: str,
     directory: str | os.PathLike[str],
     *,
@@ -117,12 +114,12 @@ def save_failure(
     """
     import torch
 
-    from linattn_verify.strategies import ProblemSpec
+    from linattn_verify.families import is_case
 
     if not isinstance(result, PropertyResult):
         raise InvalidArgument(f"Expected a PropertyResult but got result={result!r}.")
-    if not isinstance(spec, ProblemSpec):
-        raise InvalidArgument(f"Expected a ProblemSpec but got spec={spec!r}.")
+    if not is_case(spec):
+        raise InvalidArgument(f"Expected a case (ProblemSpec, DeltaCase) but got spec={spec!r}.")
     if not isinstance(kernel_name, str) or not kernel_name:
         raise InvalidArgument(f"Expected a non-empty str but got kernel_name={kernel_name!r}.")
     if not isinstance(directory, str | os.PathLike):
@@ -136,6 +133,7 @@ def save_failure(
         "format": FORMAT_VERSION,
         "property": result.property,
         "kernel": kernel_name,
+        "family": spec.family,
         "spec": dataclasses.asdict(spec),
         "result": result.to_json(),
         "repro": spec.repro(),
@@ -155,7 +153,7 @@ class SavedFailure:
         path: The JSON file.
         property: The property's name.
         kernel: The kernel's name.
-        spec: The case.
+        spec: The case (a `ProblemSpec`, or the case of its family).
         result: The property's result at save time.
         versions: Package versions at save time.
         inputs: The saved input tensors by name (``q``, ``k``, ``v``, and ``g``,
@@ -166,35 +164,17 @@ class SavedFailure:
     path: Path
     property: str
     kernel: str
-    spec: ProblemSpec
+    spec: Any
     result: PropertyResult
     versions: Mapping[str, str] = field(default_factory=dict)
     inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
     kernel_source: Mapping[str, Any] | None = None
 
-    def problem(self) -> Problem:
+    def problem(self) -> Any:
         """Return the problem made of the saved tensors (the exact inputs of the failure)."""
-        from linattn_verify.semantics import validate_problem
+        from linattn_verify.families import family_of
 
-        t, s = self.inputs, self.spec
-        h0: Any = t.get("initial_state")
-        if h0 is not None and s.normalize:
-            # The calling convention's state argument (see `Problem.state_arg`).
-            h0 = (h0, t["initial_key_sum"])
-        problem = validate_problem(
-            t["q"],
-            t["k"],
-            t["v"],
-            t.get("g"),
-            scale=s.scale,
-            normalize=s.normalize,
-            eps=s.eps,
-            feature_map=s.feature_map,
-            initial_state=h0,
-            output_final_state=s.output_final_state,
-            cu_seqlens=t.get("cu_seqlens"),
-        )
-        return dataclasses.replace(problem, omit=frozenset(s.omit))
+        return family_of(self.spec).problem_from_tensors(self.inputs, self.spec)
 
 
 def load_failure(path: str | os.PathLike[str]) -> SavedFailure:
@@ -205,7 +185,7 @@ def load_failure(path: str | os.PathLike[str]) -> SavedFailure:
     """
     import torch
 
-    from linattn_verify.strategies import ProblemSpec
+    from linattn_verify.families import family_named
 
     if not isinstance(path, str | os.PathLike):
         raise InvalidArgument(f"Expected a path but got path={path!r}.")
@@ -222,15 +202,18 @@ def load_failure(path: str | os.PathLike[str]) -> SavedFailure:
                 f"reads format {FORMAT_VERSION}."
             )
         fields = dict(document["spec"])
-        known = {f.name for f in dataclasses.fields(ProblemSpec)}
+        # A failure saved before the delta family existed is a linear-attention one.
+        case_type = family_named(document.get("family", "linear_attn")).case_type()
+        known = {f.name for f in dataclasses.fields(case_type)}
         if unknown := sorted(set(fields) - known):
             raise InvalidArgument(f"Got path={str(path)!r} with unknown spec fields {unknown}.")
-        for name in ("segments", "omit"):
-            # JSON has lists. A spec saved before ``omit`` existed has none: it is replayed
-            # with every argument passed explicitly.
-            if isinstance(fields.get(name), list):
-                fields[name] = tuple(fields[name])
-        spec = ProblemSpec(**fields)
+        for name, value in fields.items():
+            # JSON has lists where the cases hold tuples (segments, omit, seq_lens). A spec
+            # saved before ``omit`` existed has none: it is replayed with every argument passed
+            # explicitly.
+            if isinstance(value, list):
+                fields[name] = tuple(value)
+        spec = case_type(**fields)
         inputs = torch.load(tensor_path, weights_only=True)
         return SavedFailure(
             path=json_path,
@@ -270,7 +253,7 @@ def replay(
     path: str | os.PathLike[str],
     *,
     properties: Mapping[str, PropertyFn],
-    kernels: Mapping[str, Kernel],
+    kernels: Mapping[str, Any],
 ) -> PropertyResult:
     """Re-run the property of a saved failure on its case and kernel.
 
@@ -300,9 +283,9 @@ def replay(
     if saved.kernel in kernels:
         kernel = kernels[saved.kernel]
     elif saved.kernel_source is not None:
-        from linattn_verify.targets import KernelSource
+        from linattn_verify.families import source_from_json
 
-        kernel = KernelSource.from_json(saved.kernel_source).load()
+        kernel = source_from_json(saved.kernel_source).load()
     else:
         raise InvalidArgument(
             f"Got a failure of kernel {saved.kernel!r} ({saved.path}), but kernels holds only "

@@ -56,10 +56,10 @@ class _QueueListener(CheckListener):
 
 def _child(source: KernelSource, names: Sequence[str], search: SearchSettings, events: Any) -> None:
     """The child process: load the kernel, check ``names``, report the end."""
-    from linattn_verify.registry import registered_properties
+    from linattn_verify.families import family_of
 
     kernel = source.load()
-    catalogue = registered_properties()
+    catalogue = family_of(kernel).properties()
     report = check_kernel(
         kernel,
         {name: catalogue[name] for name in names},

@@ -166,6 +166,8 @@ class Kernel:
     implied_decay: Callable[[Problem], torch.Tensor] | None = None
     source: Mapping[str, Any] | None = None
 
+    family = "linear_attn"
+
     def prepare(self, problem: Problem) -> Problem:
         """Return ``problem`` as this kernel computes it (with its implied decay, if any).
 

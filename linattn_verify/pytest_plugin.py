@@ -235,7 +235,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``linattn_kernel`` over the registered kernels ``--linattn-kernels`` selects."""
+    """Parametrize ``linattn_kernel`` over the registered kernels ``--linattn-kernels`` selects.
+
+    Those of the linear-attention family, whose catalogue ``linattn_kernel`` tests run; the
+    delta family's kernels are tested through its own catalogue (`linattn_properties.delta`).
+    """
     if "linattn_kernel" not in metafunc.fixturenames:
         return
     # Imported here: the registry imports torch and the kernels, which plain runs must not pay.
@@ -244,7 +248,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     patterns = metafunc.config.getoption("linattn_kernels")
     try:
-        kernels = kernels_matching(patterns)
+        kernels = kernels_matching(patterns, family="linear_attn")
     except InvalidArgument as exc:
         raise pytest.UsageError(f"--linattn-kernels={','.join(patterns)}: {exc}") from None
     metafunc.parametrize("linattn_kernel", kernels, ids=[k.name for k in kernels], indirect=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
+from linattn_verify.delta.kernel import DeltaKernel
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Capabilities, Kernel
 from linattn_verify.recipe import PrecisionRecipe
@@ -45,14 +46,23 @@ They return 0 where the exact denominator is 0 (``zero_denominator="zero"``, doc
 ENTRY_POINT_GROUP = "linattn_verify.kernels"
 PROPERTIES_ENTRY_POINT_GROUP = "linattn_verify.properties"
 
-_REGISTERED: dict[str, Kernel] = {}
+AnyKernel = Kernel | DeltaKernel
+"""A kernel of one of the families."""
+
+_REGISTERED: dict[str, AnyKernel] = {}
 _LOADED = False
 
 
-def register(kernel: Kernel, *, replace: bool = False) -> Kernel:
-    """Add ``kernel`` to the registry (names must be unique unless ``replace``) and return it."""
-    if not isinstance(kernel, Kernel):
-        raise InvalidArgument(f"Expected a linattn_verify.Kernel but got {type(kernel).__name__}.")
+def register(kernel: AnyKernel, *, replace: bool = False) -> AnyKernel:
+    """Add ``kernel`` to the registry (names must be unique unless ``replace``) and return it.
+
+    A kernel of any family (`Kernel`, `linattn_verify.delta.DeltaKernel`); names are unique
+    across families.
+    """
+    if not isinstance(kernel, Kernel | DeltaKernel):
+        raise InvalidArgument(
+            f"Expected a linattn_verify.Kernel or DeltaKernel but got {type(kernel).__name__}."
+        )
     if kernel.name in _REGISTERED and not replace:
         raise InvalidArgument(f"Got kernel name {kernel.name!r}, but it is already registered.")
     _REGISTERED[kernel.name] = kernel
@@ -111,21 +121,29 @@ def _load() -> None:
     if _LOADED:
         return
     _LOADED = True
-    for kernel in [*triton_kernels(), *reference_kernels()]:
+    from linattn_verify.delta.reference_kernels import delta_reference_kernels
+
+    builtin: list[AnyKernel] = [*triton_kernels(), *reference_kernels()]
+    for kernel in [*builtin, *delta_reference_kernels()]:
         _REGISTERED.setdefault(kernel.name, kernel)
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         offered = entry.load()()
-        for kernel in [offered] if isinstance(offered, Kernel) else list(offered):
+        for kernel in [offered] if isinstance(offered, Kernel | DeltaKernel) else list(offered):
             register(kernel)
 
 
-def registered_kernels() -> dict[str, Kernel]:
-    """Return every registered kernel by name (built-ins, entry points, `register()` calls)."""
+def registered_kernels(family: str | None = None) -> dict[str, AnyKernel]:
+    """Return the registered kernels by name (built-ins, entry points, `register()` calls).
+
+    Args:
+        family: Only the kernels of this family (``"linear_attn"``, ``"delta"``); `None`: all.
+            Default: `None`.
+    """
     _load()
-    return dict(_REGISTERED)
+    return {n: k for n, k in _REGISTERED.items() if family is None or k.family == family}
 
 
-def get_kernel(name: str) -> Kernel:
+def get_kernel(name: str) -> AnyKernel:
     """Return the registered kernel called ``name``."""
     kernels = registered_kernels()
     if name not in kernels:
@@ -135,9 +153,9 @@ def get_kernel(name: str) -> Kernel:
     return kernels[name]
 
 
-def kernels_matching(names: Iterable[str]) -> list[Kernel]:
-    """Return the registered kernels whose names match any of the glob patterns ``names``."""
-    kernels = registered_kernels()
+def kernels_matching(names: Iterable[str], family: str | None = None) -> list[AnyKernel]:
+    """Return the registered kernels (of ``family``, or all) whose names match a glob."""
+    kernels = registered_kernels(family)
     chosen = [k for n, k in kernels.items() if any(fnmatch.fnmatch(n, p) for p in names)]
     if not chosen:
         raise InvalidArgument(

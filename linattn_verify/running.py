@@ -28,8 +28,9 @@ from pathlib import Path
 
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.failures import PropertyFn, failures_directory, save_failure
+from linattn_verify.families import FAMILIES, family_of, is_case
 from linattn_verify.kernel import Kernel
-from linattn_verify.registry import registered_kernels, registered_properties
+from linattn_verify.registry import AnyKernel, registered_kernels
 from linattn_verify.results import CaseRecord, PropertyResult
 from linattn_verify.strategies import ProblemSpec
 from linattn_verify.typing import GATES, Gate
@@ -52,7 +53,7 @@ def _steer(result: PropertyResult) -> None:
 def check_property(
     prop: PropertyFn,
     spec: ProblemSpec,
-    kernel: Kernel | Sequence[Kernel],
+    kernel: AnyKernel | Sequence[AnyKernel],
     *,
     directory: str | os.PathLike[str] | None = None,
     steer: bool = True,
@@ -86,13 +87,13 @@ def check_property(
 
     if not callable(prop):
         raise InvalidArgument(f"Expected a callable but got prop={prop!r}.")
-    if not isinstance(spec, ProblemSpec):
-        raise InvalidArgument(f"Expected a ProblemSpec but got spec={spec!r}.")
-    several = not isinstance(kernel, Kernel)
-    if several and not (
-        isinstance(kernel, Sequence) and all(isinstance(k, Kernel) for k in kernel)
-    ):
-        raise InvalidArgument(f"Expected a Kernel (or several) but got kernel={kernel!r}.")
+    if not is_case(spec):
+        raise InvalidArgument(f"Expected a case (ProblemSpec, DeltaCase) but got spec={spec!r}.")
+    kernels = list(kernel) if isinstance(kernel, Sequence) else [kernel]
+    if not kernels or any(getattr(k, "family", None) != spec.family for k in kernels):
+        raise InvalidArgument(
+            f"Expected a kernel (or several) of the {spec.family} family but got kernel={kernel!r}."
+        )
     result = prop(spec, kernel)
     if not isinstance(result, PropertyResult):
         raise InvalidArgument(
@@ -109,7 +110,7 @@ def check_property(
 def violation(
     result: PropertyResult,
     spec: ProblemSpec,
-    kernel: Kernel | Sequence[Kernel],
+    kernel: AnyKernel | Sequence[AnyKernel],
     *,
     directory: str | os.PathLike[str] | None = None,
 ) -> PropertyViolation:
@@ -133,7 +134,7 @@ def violation(
 
 
 def record_of(
-    kernel: Kernel,
+    kernel: AnyKernel,
     spec: ProblemSpec,
     result: PropertyResult,
     seconds: float,
@@ -151,7 +152,7 @@ def record_of(
 
 
 def harness_error(
-    kernel: Kernel, spec: ProblemSpec, prop: str, exc: BaseException, seconds: float
+    kernel: AnyKernel, spec: ProblemSpec, prop: str, exc: BaseException, seconds: float
 ) -> CaseRecord:
     """The record of a case the harness itself failed on (a bug of ours: reported, not hidden)."""
     return CaseRecord(
@@ -168,6 +169,10 @@ def harness_error(
         seconds=round(seconds, 3),
         error=True,
     )
+
+
+RUN_HEAD_DIM = 12
+"""Largest K and V ``run`` draws (the search in ``check`` goes to 16, the reach further)."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,7 @@ def with_gates(kernel: Kernel, gates: Sequence[Gate]) -> Kernel:
     return replace(kernel, capabilities=replace(cap, gates=kept))
 
 
-def select_kernels(patterns: Sequence[str]) -> list[Kernel]:
+def select_kernels(patterns: Sequence[str]) -> list[AnyKernel]:
     """Return the kernels whose names match a glob in ``patterns``.
 
     Besides the registry, FLA's kernels (``fla/...``) are candidates when FLA is installed and a
@@ -214,10 +219,9 @@ def select_kernels(patterns: Sequence[str]) -> list[Kernel]:
     fla_wanted = any(fnmatch.fnmatch("fla/", p.split("/")[0] + "/") for p in patterns)
     fla_installed = importlib.util.find_spec("fla") is not None
     if fla_wanted and fla_installed:
-        from linattn_verify.adapters.fla import fla_kernels
-
-        for kernel in fla_kernels():
-            candidates.setdefault(kernel.name, kernel)
+        for family in FAMILIES.values():
+            for kernel in family.library_kernels("fla"):
+                candidates.setdefault(kernel.name, kernel)
     chosen = [k for n, k in candidates.items() if any(fnmatch.fnmatch(n, p) for p in patterns)]
     if not chosen:
         missing = "" if fla_installed else " (FLA is not installed: pip install fla-core==0.6.0)"
@@ -229,7 +233,7 @@ def select_kernels(patterns: Sequence[str]) -> list[Kernel]:
 
 
 def verify_case(
-    kernel: Kernel, spec: ProblemSpec, *, backward: bool, failures_dir: Path | None = None
+    kernel: AnyKernel, spec: ProblemSpec, *, backward: bool, failures_dir: Path | None = None
 ) -> CaseRecord:
     """Judge ``kernel`` on ``spec`` with the catalogue's oracle property; return the record.
 
@@ -240,7 +244,7 @@ def verify_case(
     the record names it.
     """
     name = "gradients_match_oracle" if backward else "outputs_match_oracle"
-    prop = registered_properties()[name]
+    prop = family_of(kernel).properties()[name]
     folder = (
         None if failures_dir is None else failures_dir / f"{spec.dtype}-T{spec.T}-seed{spec.seed}"
     )
@@ -254,7 +258,7 @@ def verify_case(
 
 
 def run_group(
-    kernel: Kernel,
+    kernel: AnyKernel,
     dtype: str,
     settings: GroupSettings,
     emit: Callable[[CaseRecord], None],
@@ -267,11 +271,16 @@ def run_group(
     from hypothesis import Phase, given, seed
     from hypothesis import settings as hypothesis_settings
 
-    from linattn_verify.strategies import kernel_specs
-
-    narrowed = with_gates(kernel, settings.gates)
-    one_dtype = replace(narrowed, capabilities=replace(narrowed.capabilities, dtypes=(dtype,)))
-    prop = "gradients_match_oracle" if settings.backward else "outputs_match_oracle"
+    family = family_of(kernel)
+    one_dtype = family.narrowed(kernel, dtype, settings.gates)
+    if one_dtype is None:
+        return
+    # A forward-only kernel (FLA's fused recurrent KDA) is judged on its forward pass.
+    backward = settings.backward and kernel.capabilities.backward
+    prop = "gradients_match_oracle" if backward else "outputs_match_oracle"
+    cases = family.cases_for(
+        one_dtype, max_seq_len=settings.max_seq_len, max_head_dim=RUN_HEAD_DIM, realistic=False
+    )
 
     @seed(settings.seed)
     @hypothesis_settings(
@@ -280,12 +289,12 @@ def run_group(
         deadline=None,
         phases=[Phase.explicit, Phase.generate],
     )
-    @given(spec=kernel_specs(one_dtype, max_seq_len=settings.max_seq_len))
+    @given(spec=cases)
     def one(spec: ProblemSpec) -> None:
         started = time.perf_counter()
         try:
             record = verify_case(
-                kernel, spec, backward=settings.backward, failures_dir=settings.failures_dir
+                kernel, spec, backward=backward, failures_dir=settings.failures_dir
             )
         except Exception as exc:  # a harness error on this case: report it, keep going
             record = harness_error(kernel, spec, prop, exc, time.perf_counter() - started)

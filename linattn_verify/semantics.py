@@ -149,6 +149,8 @@ class Problem(PackedTokens):
     cu_seqlens: torch.Tensor | None
     omit: frozenset[str] = frozenset()
 
+    family = "linear_attn"
+
     def at_default(self) -> frozenset[str]:
         """Return the arguments (of `OMITTABLE`) whose value is the calling convention's default.
 

@@ -445,8 +445,10 @@ def backward_bounds(
         tiny = out_units.out_abs + units.underflow * count * (p.q.shape[1] + 1) * (K + V)
         B = B + out_unit * ref.abs() + tiny
         # Where the float64 reference itself left the float64 range (docs/error-model.md §6.3) it
-        # certifies nothing: count the element as unverifiable rather than skip it silently.
-        bad = bad | ~torch.isfinite(ref)
+        # certifies nothing: count the element as unverifiable rather than skip it silently. So
+        # does a bound that is NaN: 1/|Z| = inf for a float64-subnormal denominator times a zero
+        # term (a row the element barely depends on), neither 0 nor a finite bound.
+        bad = bad | ~torch.isfinite(ref) | torch.isnan(B)
         result[name] = TensorBound(
             name="d" + name,
             reference=ref,

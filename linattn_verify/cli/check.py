@@ -18,6 +18,7 @@ from linattn_verify.cli._args import (
     nonnegative_float,
     positive,
 )
+from linattn_verify.families import FAMILIES
 from linattn_verify.typing import FORMS, KERNEL_DTYPES
 
 
@@ -31,6 +32,15 @@ def add_parser(sub: Any) -> None:
         "output_final_state[, cu_seqlens]).",
     )
     check.add_argument("target", metavar="TARGET")
+    check.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        default="linear_attn",
+        help="the function the kernel computes: 'linear_attn' (linear attention, the flags "
+        "below) or 'delta' (the delta rule in FLA's convention fn(q, k, v[, g], beta, *, scale, "
+        "initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel), the flags of "
+        "'the delta family'). Default: %(default)s",
+    )
     sem = check.add_argument_group("what the kernel computes")
     sem.add_argument("--normalized", action="store_true", help="output is divided by s q·z + eps")
     sem.add_argument(
@@ -91,6 +101,46 @@ def add_parser(sub: Any) -> None:
         "--nondeterministic",
         action="store_true",
         help="reruns may differ (within the bound); by default they must be identical",
+    )
+    delta = check.add_argument_group("the delta family (--family delta)")
+    delta.add_argument(
+        "--gates",
+        type=csv_of(("none", "scalar", "vector")),
+        default=("none",),
+        help="the gates g it takes: none (DeltaNet: no g argument unless another is listed), "
+        "scalar g [B, T, H] (Gated DeltaNet), vector g [B, T, H, K] (KDA). Default: none",
+    )
+    delta.add_argument(
+        "--l2norm",
+        choices=("both", "on", "off"),
+        default="both",
+        help="values of use_qk_l2norm_in_kernel it takes. Default: %(default)s",
+    )
+    delta.add_argument(
+        "--beta-max",
+        type=float,
+        choices=(1.0, 2.0),
+        default=2.0,
+        help="beta in [0, 1], or [0, 2) (negative eigenvalues). Default: %(default)r",
+    )
+    delta.add_argument(
+        "--any-key-norm",
+        action="store_true",
+        help="keys need not be unit-norm (by default a case with ||k||² > 1 + 2^-6 and no "
+        "in-kernel L2 norm is outside the kernel's contract)",
+    )
+    delta.add_argument(
+        "--inverse-dtype",
+        choices=("none", "input", "float16", "bfloat16"),
+        default="none",
+        help="what the chunk form's triangular inverse is stored in. Default: none (fp32)",
+    )
+    delta.add_argument(
+        "--state-dtype",
+        choices=("none", "input", "float16", "bfloat16"),
+        default="none",
+        help="what the chunk-boundary state is rounded to before the chunk's dots read it. "
+        "Default: none (fp32)",
     )
     rec = check.add_argument_group("precision recipe (how the kernel rounds)")
     rec.add_argument(
@@ -172,20 +222,21 @@ def command(args: argparse.Namespace) -> int:
 
     from linattn_verify.checking import CheckListener, SearchSettings, check_kernel
     from linattn_verify.errors import InvalidArgument
+    from linattn_verify.families import family_named
     from linattn_verify.isolation import check_isolated
-    from linattn_verify.registry import registered_properties
     from linattn_verify.results import CaseRecord, PropertyVerdict
 
     try:
         import torch
 
-        source = _kernel_source(args, on_cuda=torch.cuda.is_available())
+        family = family_named(args.family)
+        source = family.source_from_args(args, on_cuda=torch.cuda.is_available())
         isolate = args.isolation == "process" or (
             args.isolation == "auto" and torch.cuda.is_available()
         )
         # Load once here even when isolated: a target that cannot be loaded is a usage error.
         kernel = source.load()
-        properties = registered_properties()
+        properties = family.properties()
     except InvalidArgument as exc:
         print(f"linattn-verify check: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -281,7 +332,7 @@ def _check_writer(args: argparse.Namespace, report_dir: Path, kernel: Any, sourc
     return writer
 
 
-def _kernel_source(args: argparse.Namespace, *, on_cuda: bool) -> Any:
+def kernel_source(args: argparse.Namespace, *, on_cuda: bool) -> Any:
     """The kernel under test as ``check``'s flags describe it (a `KernelSource`)."""
     from linattn_verify.kernel import Capabilities
     from linattn_verify.recipe import PrecisionRecipe

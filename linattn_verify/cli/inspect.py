@@ -13,15 +13,18 @@ def replay_command(path: Path) -> int:
     """``linattn-verify replay FILE``."""
     from linattn_verify.errors import InvalidArgument
     from linattn_verify.failures import load_failure, replay
-    from linattn_verify.registry import registered_kernels, registered_properties
+    from linattn_verify.families import family_of
+    from linattn_verify.registry import registered_kernels
     from linattn_verify.running import select_kernels
 
     try:
         kernels = registered_kernels()
-        if load_failure(path).kernel.startswith("fla/"):
+        saved = load_failure(path)
+        if saved.kernel.startswith("fla/"):
             # FLA's kernels are not registered (importing FLA costs seconds): as `run` does.
             kernels.update({k.name: k for k in select_kernels(["fla/*"])})
-        result = replay(path, properties=registered_properties(), kernels=kernels)
+        properties = family_of(saved.spec).properties()
+        result = replay(path, properties=properties, kernels=kernels)
     except (InvalidArgument, FileNotFoundError, ValueError) as exc:
         print(f"linattn-verify replay: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -35,13 +38,18 @@ def replay_command(path: Path) -> int:
 
 def list_kernels() -> int:
     """``linattn-verify list``."""
+    from linattn_verify.families import FAMILIES
     from linattn_verify.running import select_kernels
     from linattn_verify.typing import torch_dtype
 
+    print("families:")
+    for family in FAMILIES.values():
+        print(f"  {family.name}: {family.description} ({len(family.properties())} properties)")
     for kernel in select_kernels(["*"]):
         name = kernel.name
         fn = kernel.fn
         print(f"{name}: {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}")
+        print(f"  family: {kernel.family}")
         print(f"  capabilities: {kernel.capabilities}")
         for dtype in kernel.capabilities.dtypes:
             print(f"  recipe {dtype:9s} {kernel.precision_recipe(torch_dtype(dtype))}")

@@ -76,14 +76,19 @@ def command(args: argparse.Namespace) -> int:
     """``linattn-verify run``."""
     from linattn_verify._device import environment
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.running import GroupSettings, select_kernels, takes_gates
+    from linattn_verify.families import family_of
+    from linattn_verify.running import GroupSettings, select_kernels
 
     try:
         kernels = select_kernels(args.kernels)
     except InvalidArgument as exc:
         print(f"linattn-verify run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    kernels = [k for k in kernels if takes_gates(k, args.gates)]
+    kernels = [
+        k
+        for k in kernels
+        if family_of(k).narrowed(k, k.capabilities.dtypes[0], args.gates) is not None
+    ]
     if not kernels:
         print(
             f"linattn-verify run: error: no kernel matching --kernels {','.join(args.kernels)} "

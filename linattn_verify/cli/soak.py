@@ -132,7 +132,7 @@ def command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.registry import registered_properties
+    from linattn_verify.families import family_of
     from linattn_verify.running import select_kernels
     from linattn_verify.soak import (
         SoakSettings,
@@ -146,15 +146,23 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         kernels = select_kernels(args.kernels)
-        available = registered_properties()
+        # The catalogues of the kernels' families (a name may be in several).
+        available: dict[str, None] = {}
+        for kernel in kernels:
+            available.update(dict.fromkeys(family_of(kernel).properties()))
         wanted = args.properties or tuple(available)
         if unknown := [name for name in wanted if name not in available]:
             raise InvalidArgument(
                 f"Got --properties {','.join(wanted)}, but {unknown} "
-                f"{'is' if len(unknown) == 1 else 'are'} not registered; available: "
-                f"{sorted(available)}."
+                f"{'is' if len(unknown) == 1 else 'are'} not in the catalogue of the kernels' "
+                f"families; available: {sorted(available)}."
             )
-        properties = {name: available[name] for name in wanted}
+
+        def properties(kernel: Any) -> dict[str, Any]:
+            # Each kernel is visited on the wanted properties of its own family's catalogue.
+            catalogue = family_of(kernel).properties()
+            return {name: catalogue[name] for name in wanted if name in catalogue}
+
         settings = SoakSettings(
             chunk_examples=args.chunk_examples,
             max_seq_len=args.max_seq_len,
@@ -173,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
             )
             budget = "unlimited" if args.budget is None else f"{args.budget:g} s"
             print(
-                f"linattn-verify soak: {len(kernels)} kernels x {len(properties)} properties, "
+                f"linattn-verify soak: {len(kernels)} kernels x {len(wanted)} properties, "
                 f"{args.chunk_examples} examples per visit, budget {budget}; state {args.state} "
                 f"({resumed}), failures in {failures_dir_of(args.state)}/",
                 flush=True,

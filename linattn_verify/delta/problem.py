@@ -92,6 +92,8 @@ class DeltaProblem(PackedTokens):
     output_final_state: bool
     cu_seqlens: torch.Tensor | None
 
+    family = "delta"
+
     def describe(self) -> str:
         """Return a one-line description: shapes, dtype and every option."""
         B, T, H, K, V = self.shape

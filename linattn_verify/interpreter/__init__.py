@@ -46,8 +46,14 @@ PATCHES: tuple[str, ...] = tuple(_MODULES)
 _applied: dict[str, Restorer] = {}
 
 
-def _interpreting() -> bool:
-    """Whether Triton code runs under the interpreter, selecting it when there is no CUDA."""
+def select_mode() -> bool:
+    """Whether Triton code runs under the interpreter, selecting it when there is no CUDA.
+
+    Triton reads ``TRITON_INTERPRET`` when it is imported, so code that may import Triton
+    indirectly (torch's forward-mode decompositions do) calls this first: a Triton imported
+    before the selection would run every kernel imported later (FLA's) compiled, which fails
+    without CUDA.
+    """
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         return True
     import torch
@@ -104,7 +110,7 @@ def enable(*, patches: Iterable[str] | None = None) -> list[str]:
             patch's version range or lacks the internals it needs; the message names both.
     """
     chosen = _selection(patches)
-    if not _interpreting():
+    if not select_mode():
         return []
     for name in chosen:
         module = _MODULES[name]
@@ -143,4 +149,5 @@ __all__ = [
     "disable",
     "enable",
     "enabled",
+    "select_mode",
 ]

@@ -36,7 +36,7 @@ from linattn_verify.results import CaseRecord, PropertyVerdict
 from linattn_verify.typing import FORMS
 
 if TYPE_CHECKING:
-    from linattn_verify.kernel import Kernel
+    pass
 
 RESULTS_FILE = "results.jsonl"
 RUN_FILE = "run.json"
@@ -89,14 +89,17 @@ def run_environment(
     return env
 
 
-def kernel_entry(kernel: Kernel) -> dict[str, Any]:
+def kernel_entry(kernel: Any) -> dict[str, Any]:
     """Describe ``kernel`` for the run document: name, form, capabilities, recipe per dtype."""
     import torch
 
-    from linattn_verify.kernel import Kernel
+    from linattn_verify.families import FAMILIES
 
-    if not isinstance(kernel, Kernel):
-        raise InvalidArgument(f"Expected a linattn_verify.Kernel but got kernel={kernel!r}.")
+    if getattr(kernel, "family", None) not in FAMILIES:
+        raise InvalidArgument(
+            f"Expected a kernel of a family (a linattn_verify.Kernel, a DeltaKernel) but got "
+            f"kernel={kernel!r}."
+        )
     recipes: dict[str, Any] = {}
     for dtype in kernel.capabilities.dtypes:
         try:
@@ -106,6 +109,7 @@ def kernel_entry(kernel: Kernel) -> dict[str, Any]:
     entry: dict[str, Any] = jsonable(
         {
             "name": kernel.name,
+            "family": kernel.family,
             "form": kernel.form,
             "capabilities": dataclasses.asdict(kernel.capabilities),
             "recipes": recipes,
@@ -176,8 +180,8 @@ class RunWriter:
         """The JSON-lines file cases are appended to."""
         return self.directory / RESULTS_FILE
 
-    def add_kernel(self, kernel: Kernel) -> None:
-        """Record a kernel under test (its capabilities and recipes); repeats are ignored."""
+    def add_kernel(self, kernel: Any) -> None:
+        """Record a kernel under test of any family (capabilities, recipes); repeats are ignored."""
         self._check_open()
         entry = kernel_entry(kernel)
         if entry["name"] not in self.kernels:

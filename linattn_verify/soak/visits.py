@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from linattn_verify.diagnosis import DIAGNOSIS_SECONDS
 from linattn_verify.errors import InvalidArgument
+from linattn_verify.families import family_of
 from linattn_verify.results import CaseRecord, PropertyVerdict
 
 if TYPE_CHECKING:
@@ -179,7 +180,6 @@ def visit(
     that is not a property violation) is recorded as a failure with ``error`` set.
     """
     from linattn_verify.checking import search_property
-    from linattn_verify.strategies import kernel_specs
 
     number = pair.visits + 1
     seed = visit_seed(base_seed, kernel.name, pair.property, number)
@@ -189,8 +189,11 @@ def visit(
     fresh = PropertyVerdict(kernel.name, pair.property, "held")
     failure: SoakFailure | None = None
     try:
-        strategy = kernel_specs(
-            kernel, max_seq_len=settings.max_seq_len, max_head_dim=settings.max_head_dim
+        strategy = family_of(kernel).cases_for(
+            kernel,
+            max_seq_len=settings.max_seq_len,
+            max_head_dim=settings.max_head_dim,
+            realistic=False,
         )
         verdict = search_property(
             prop,
@@ -248,8 +251,9 @@ def visit(
 
 
 def soak(
-    kernels: Sequence[Kernel],
-    properties: Mapping[str, Callable[..., Any]],
+    kernels: Sequence[Any],
+    properties: Mapping[str, Callable[..., Any]]
+    | Callable[[Any], Mapping[str, Callable[..., Any]]],
     state_path: Path,
     settings: SoakSettings,
     *,
@@ -266,7 +270,14 @@ def soak(
         SoakStateError: if the state file cannot be read, or ``settings.seed`` contradicts it.
         InvalidArgument: if there is nothing to visit.
     """
-    if not kernels or not properties:
+    # The properties of each kernel: the same for all, or chosen per kernel (its family's).
+    catalogues = {
+        k.name: dict(properties if isinstance(properties, Mapping) else properties(k))
+        for k in kernels
+    }
+    names = list(dict.fromkeys(n for c in catalogues.values() for n in c))
+    pairs = [(k, n) for k in kernels for n in catalogues[k.name]]
+    if not pairs:
         raise InvalidArgument("Got no kernels or no properties: there is nothing to soak.")
     from linattn_verify._device import versions
 
@@ -280,13 +291,12 @@ def soak(
             f"{state.seed}: resume without --seed, or start another state file."
         )
     failures_dir = failures_dir_of(state_path)
-    pairs = [(k, name) for k in kernels for name in properties]
     invocation = Invocation(
         started=utc_now(),
         versions=versions(),
         settings={
             "kernels": [k.name for k in kernels],
-            "properties": list(properties),
+            "properties": names,
             "chunk_examples": settings.chunk_examples,
             "max_seq_len": settings.max_seq_len,
             "max_head_dim": settings.max_head_dim,
@@ -315,7 +325,7 @@ def soak(
                 outcome = visit(
                     state.pair(kernel.name, name),
                     kernel,
-                    properties[name],
+                    catalogues[kernel.name][name],
                     settings=settings,
                     base_seed=state.seed,
                     failures_dir=failures_dir,

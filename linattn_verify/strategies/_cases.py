@@ -77,6 +77,8 @@ class ProblemSpec:
     omit: tuple[str, ...] = ()
     gate: Gate = "scalar"
 
+    family = "linear_attn"
+
     def __post_init__(self) -> None:
         for name in ("B", "T", "H", "K", "V"):
             if check_int(name, getattr(self, name)) < 1:

@@ -95,9 +95,9 @@ def kernel_label(kernel: Subject) -> str:
     """The name a result gives its subject: a kernel's, several joined by ``+``, or the str."""
     if isinstance(kernel, str):
         return kernel
-    if isinstance(kernel, Kernel):
-        return kernel.name
-    return "+".join(k.name for k in kernel)
+    if isinstance(kernel, Sequence):
+        return "+".join(str(k.name) for k in kernel)  # type: ignore[union-attr]
+    return kernel.name  # a kernel of any family
 
 
 def not_applicable(prop: str, kernel: Subject, spec: ProblemSpec, reason: str) -> PropertyResult:

@@ -51,6 +51,26 @@ RARE_CASES = {
     "elu1-underflow-eps0": example_spec(
         T=20, feature_map="elu1", values="underflowing_features", normalize=True, eps=0.0
     ),
+    # eps = 0 and large elu1 features: some rows' exact Z is 0, others' a float64 subnormal
+    # (2.5e-313), where 1/|Z| = inf times a zero term made gradient bounds NaN (now unverifiable).
+    "float64-subnormal-denominator": ProblemSpec(
+        B=2,
+        T=7,
+        H=2,
+        K=1,
+        V=1,
+        dtype="float32",
+        feature_map="elu1",
+        normalize=True,
+        eps=0.0,
+        scale=None,
+        values="large",
+        decay="none",
+        initial_state=False,
+        output_final_state=False,
+        segments=None,
+        seed=1073741820,
+    ),
 }
 """Cases random search reaches rarely (docs/bug-classes.md), by name."""
 

@@ -22,7 +22,7 @@ from linattn_verify.registry import registered_kernels
 from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 
-KERNELS = list(registered_kernels().values())
+KERNELS = list(registered_kernels("linear_attn").values())
 
 SMALL: dict[str, Any] = {"max_seq_len": 20, "max_head_dim": 5}
 

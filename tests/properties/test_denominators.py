@@ -21,7 +21,7 @@ from linattn_verify.results import Comparison, PropertyResult
 from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 
-KERNELS = list(registered_kernels().values())
+KERNELS = list(registered_kernels("linear_attn").values())
 
 SMALL: dict[str, Any] = {"max_seq_len": 20, "max_head_dim": 5}
 STRESS = ("underflowing_features", "tiny", "zero_rows", "large", "normal")

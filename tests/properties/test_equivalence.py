@@ -22,7 +22,7 @@ from linattn_verify.semantics import validate_problem
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 from linattn_verify.typing import FORMS
 
-REGISTERED = registered_kernels()
+REGISTERED = registered_kernels("linear_attn")
 TRITON_FORMS = [REGISTERED[f"triton/{form}"] for form in FORMS]
 TORCH_FORMS = [REGISTERED[f"torch/{form}"] for form in FORMS]
 

@@ -21,7 +21,7 @@ from linattn_verify.registry import registered_kernels
 from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 
-REGISTERED = registered_kernels()
+REGISTERED = registered_kernels("linear_attn")
 
 # Small enough for the Triton interpreter: these properties call a kernel three or more times.
 SMALL: dict[str, Any] = {"max_seq_len": 24, "max_head_dim": 6}

@@ -1,0 +1,389 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Forward error bounds of the delta rule for a declared recipe (docs/error-model.md §8).
+
+Every algorithm for the recurrence is a sequence of steps (a token, or a chunk of C tokens)
+X_n = Φ_n X_{n-1} + B_n with Φ_n the exact transition (a product of A_t = (I - β_t k_t k_t^T)
+diag(e^{g_t})). The computed state obeys X̂_n = Φ_n X̂_{n-1} + B_n + δ_n, δ_n the step's own
+rounding, so per value column j the 2-norm error E_n of the state obeys
+
+    E_n <= ρ(Φ_n) E_{n-1} + ||δ_n[:, j]||_2,   ρ(Φ_n) = Π_t max(1, |1 - β_t ||k_t||²|) max e^{g_t}
+
+(ρ(A_t) >= ||A_t||_2), and every element of the state is within E_n of its exact value. |δ_n|
+is bounded componentwise by counting the roundings of the step's operations on the float64
+exact intermediates (first order: the O(u²) terms are left to the fail threshold r <= 2).
+
+**Recurrent** (one token; γ_n = n u / (1 - n u), a = |k|^T |S'|, ε_d = (5 + 2.4 |g|) u the
+decay factor's error, ε_k the relative error of an in-kernel L2-normalised component):
+
+    |δS_t| <= γ_{K+5} (|S'| + |S_t|) + (ε_d |S'| + 2^-150 |S_{t-1}|) max(1, |1 - β||k||²|)
+              + (γ_{K+5} + ε_k) β |k| (|v| + 2a)
+    |δo_t| <= s (||q_t|| E_t + (γ_{K+3} + ε_q) |q_t|^T |S_t|) + u_out |o_t|
+
+**Chunk** (C tokens; L = I + strict_tril(β ⊙ K K^T ⊙ e^{G_i - G_j}), T = L^{-1},
+M = |T| (I + |L - I|) |T|, R1 = β |k| e^G, R2 = β |v|, ε_w the relative error of a weight
+e^{G_i - G_j} from the chunk-local cumsum):
+
+    |δT|  <= (γ_{2C} + η_L + u_T) M         Higham Thm 8.5 (forward substitution) and the block
+                                            merge T21 = -T22 L21 T11 (two more products: 2C)
+    |δVn| <= η M (R2 + R1 |S|) + ζ (|U| + |W| |S|)
+    |δS|  <= (2u + ε_w) e^{G_C} |S| + (γ_{C+1} + ε_w + ε_k + c) |K~|^T |Vn| + |K~|^T |δVn|
+    |δO_i| <= s [(γ_{K+C+2} + ε_w + ε_q + ε_k + u_S + c)(|Q e^G| |S| + P |Vn|) + P |δVn|
+                 + ||q_i|| Π_{t<=i} ρ_t E] + u_out |o_i|
+
+with η_L = γ_{K+2} + ε_w + 2 ε_k + 2 u_op (L's entries), η = γ_{2C} + γ_{C+1} + η_L + u_T + ε_w
++ ε_k + 2u + 2u_op + c, ζ = γ_{K+1} + 2 u_I + u_S + 2 u_op (W, U and Vn stored, the state read
+in its storage format, tf32 operands), c = casts_on_path u_I, K~ = K ⊙ e^{G_C - G} and
+P_ij = Σ_m |q_im| |k_jm| e^{G_im - G_jm} (j <= i).
+
+Every operation can also err by an absolute 2^-150 (half the smallest fp32 subnormal) where its
+result underflows: each local error above carries (its operation count) · 2^-150 more, which
+matters only for values near the bottom of fp32's range (a state decayed below 1e-38).
+
+The reference values are those of the float64 oracle (`delta_recurrent`), certified against
+double-double and mpmath (tests/delta): its own error, about 1e-16 relatively, is not charged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from linattn_verify.delta.kernel import DeltaRecipe
+from linattn_verify.delta.problem import DeltaProblem
+from linattn_verify.delta.reference import (
+    DeltaSequence,
+    forward_substitution_inverse,
+    pair_weights,
+    sequence_inputs,
+)
+from linattn_verify.recipe import UNIT_ROUNDOFF
+from linattn_verify.tolerance import TensorBound
+from linattn_verify.typing import dtype_name
+
+SMALLEST_SUBNORMAL = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
+"""Spacing of the subnormals of each output dtype: rounding o there errs by half of it."""
+
+
+@dataclass(frozen=True)
+class Units:
+    """The unit roundoffs of one recipe on inputs of one dtype (docs/error-model.md §8)."""
+
+    u: float  # elementwise arithmetic
+    acc: float  # dot accumulation
+    op: float  # relative error of a tf32 operand (0 for IEEE)
+    inter: float  # W, U, Vn, normalised q/k stored
+    inverse: float  # T stored
+    state: float  # the chunk-boundary state read by the dots
+    out: float  # o rounded to the input dtype
+    casts: float  # casts_on_path further roundings, in total
+    floor: float  # absolute rounding error of a subnormal output
+    under: float  # absolute error of one arithmetic operation in the subnormal range
+
+    @classmethod
+    def of(cls, recipe: DeltaRecipe, dtype: torch.dtype) -> Units:
+        """Resolve ``recipe``'s storage formats for inputs of ``dtype``."""
+        name = dtype_name(dtype)
+        inter = recipe.u_storage("intermediate_dtype", dtype)
+        return cls(
+            u=recipe.u,
+            acc=max(recipe.u, recipe.u_acc),
+            op=recipe.u_operand,
+            inter=inter,
+            inverse=recipe.u_storage("inverse_dtype", dtype),
+            state=recipe.u_storage("state_dtype", dtype),
+            out=max(UNIT_ROUNDOFF.get(name, recipe.u), recipe.u),
+            casts=recipe.casts_on_path * inter,
+            floor=SMALLEST_SUBNORMAL.get(name, 0.0) / 2,
+            under=2.0**-1075 if recipe.accumulation == "float64" else 2.0**-150,
+        )
+
+    def gamma(self, n: int) -> float:
+        """γ_n = n u / (1 - n u) with the accumulation's u."""
+        return n * self.acc / (1 - n * self.acc)
+
+    def l2norm(self, K: int, normalized: bool) -> float:
+        """ε_k: the relative error of an L2-normalised component, 0 without the norm.
+
+        Σx² within γ_K, + eps, sqrt and divide one rounding each (the sqrt halves the error
+        under it), then the store.
+        """
+        return self.gamma(K + 3) + self.inter if normalized else 0.0
+
+
+@dataclass(frozen=True)
+class SequenceBound:
+    """One sequence's exact outputs, bounds and magnitudes (heads first)."""
+
+    o: torch.Tensor  # exact o [H, L, V]
+    o_bound: torch.Tensor
+    o_magnitude: torch.Tensor
+    state: torch.Tensor  # exact S_L [H, K, V]
+    state_bound: torch.Tensor  # E broadcast over K [H, K, V]
+    state_magnitude: torch.Tensor
+
+
+def contraction(beta: torch.Tensor, k: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
+    """ρ_t = max(1, |1 - β_t ||k_t||²|) max_m e^{g_tm} >= ||A_t||_2 (beta's shape, tokens last)."""
+    rho = (1 - beta * k.pow(2).sum(-1)).abs().clamp(min=1)
+    if g is None:
+        return rho
+    # A scalar gate has beta's shape; a vector gate one more (K) axis.
+    return rho * torch.exp(g if g.shape == beta.shape else g.amax(-1))
+
+
+def _decays(seq: DeltaSequence) -> torch.Tensor | None:
+    """e^{g_t} as ``[H, L, K]`` (a scalar gate repeated over K), or `None`."""
+    if seq.g is None:
+        return None
+    K = seq.k.shape[-1]
+    g = seq.g if seq.g.ndim == 3 else seq.g[..., None].expand(*seq.g.shape, K)
+    return torch.exp(g)
+
+
+def decay_error(seq: DeltaSequence, units: Units) -> torch.Tensor:
+    """ε_d per head and token ``[H, L]``: e^g within (4 + 2.4|g|) u, then one multiply."""
+    if seq.g is None:
+        return seq.q.new_zeros(seq.q.shape[:2])
+    g_abs = seq.g.abs() if seq.g.ndim == 2 else seq.g.abs().amax(-1)
+    return (5 + 2.4 * g_abs) * units.u
+
+
+def recurrent_sequence(
+    seq: DeltaSequence, scale: float, units: Units, *, l2norm_qk: bool
+) -> SequenceBound:
+    """The recurrent recipe's bound on one float64 sequence (module docstring)."""
+    H, L, K = seq.q.shape
+    V = seq.v.shape[-1]
+    gK5, gK3 = units.gamma(K + 5), units.gamma(K + 3)
+    normalized = units.l2norm(K, l2norm_qk)
+    decays = _decays(seq)
+    eps_d = decay_error(seq, units)
+    rho = contraction(seq.beta, seq.k, seq.g)
+    S = seq.S0
+    E = S.new_zeros(H, V)
+    outs: list[torch.Tensor] = []
+    bounds: list[torch.Tensor] = []
+    mags: list[torch.Tensor] = []
+    for t in range(L):
+        Sp = S if decays is None else decays[:, t, :, None] * S
+        k, beta = seq.k[:, t, :, None], seq.beta[:, t, None, None]
+        a = (k.abs() * Sp.abs()).sum(1, keepdim=True)  # [H, 1, V]
+        # The error of S' (the decay's ε_d, or 2^-150 absolutely where e^g is subnormal)
+        # passes through I - β k k^T, of norm max(1, |1 - β ||k||²|).
+        through = (1 - beta * k.pow(2).sum(1, keepdim=True)).abs().clamp(min=1)
+        decayed = (eps_d[:, t, None, None] * Sp.abs() + units.under * S.abs()) * through
+        S = Sp + k * (beta * (seq.v[:, t, None, :] - (k * Sp).sum(1, keepdim=True)))
+        local = (
+            gK5 * (Sp.abs() + S.abs())
+            + (decayed if decays is not None else 0.0)
+            + (gK5 + normalized) * beta * k.abs() * (seq.v[:, t, None, :].abs() + 2 * a)
+            + (K + 6) * units.under
+        )
+        E = rho[:, t, None] * E + local.norm(dim=1)
+        q = seq.q[:, t]
+        o = scale * (q[:, :, None] * S).sum(1)
+        magnitude = scale * (q.abs()[:, :, None] * S.abs()).sum(1)
+        bound = scale * (q.norm(dim=1)[:, None] * E + (gK3 + normalized) * magnitude)
+        bound = bound + (K + 3) * units.under
+        outs.append(o)
+        bounds.append(bound + units.out * o.abs() + units.floor)
+        mags.append(magnitude)
+    return _finish(seq, S, E, outs, bounds, mags)
+
+
+def chunk_sequence(
+    seq: DeltaSequence, scale: float, units: Units, C: int, *, l2norm_qk: bool
+) -> SequenceBound:
+    """The chunk (WY / UT) recipe's bound on one float64 sequence (module docstring)."""
+    H, L, K = seq.q.shape
+    V = seq.v.shape[-1]
+    u = units.u
+    eps_k = units.l2norm(K, l2norm_qk)
+    eps_q = eps_k
+    rho_all = contraction(seq.beta, seq.k, seq.g)
+    S = seq.S0
+    E = S.new_zeros(H, V)
+    outs: list[torch.Tensor] = []
+    bounds: list[torch.Tensor] = []
+    mags: list[torch.Tensor] = []
+    for start in range(0, L, C):
+        end = min(start + C, L)
+        c = end - start
+        q, k, v = seq.q[:, start:end], seq.k[:, start:end], seq.v[:, start:end]
+        beta = seq.beta[:, start:end]
+        if seq.g is None:
+            G = q.new_zeros(H, c, K)
+        elif seq.g.ndim == 2:
+            G = seq.g[:, start:end].cumsum(-1)[..., None].expand(H, c, K)
+        else:
+            G = seq.g[:, start:end].cumsum(-2)
+        # The chunk-local cumsum's absolute error (γ_{c} |G|), doubled for a difference, then
+        # the exp: (4 + 2.4|x|) u (the ex2.approx model of docs/error-model.md §4).
+        Gmax = float(G.abs().max()) if G.numel() else 0.0
+        eps_w = (2 * units.gamma(c + 1) + 2.4 * u) * Gmax + 4 * u if seq.g is not None else 0.0
+        w_strict = pair_weights(G, strict=True, vector=True)
+        w_incl = pair_weights(G, strict=False, vector=True)
+        kk = k[:, :, None, :] * k[:, None, :, :]
+        eye = torch.eye(c, dtype=q.dtype)
+        L_abs = beta[..., None] * (kk.abs() * w_strict).sum(-1)
+        T = forward_substitution_inverse(eye + beta[..., None] * (kk * w_strict).sum(-1))
+        M = T.abs() @ (eye + L_abs) @ T.abs()
+        eG, eGc = torch.exp(G), torch.exp(G[:, -1, :])
+        W = T @ (beta[..., None] * k * eG)
+        U = T @ (beta[..., None] * v)
+        Vn = U - W @ S
+        Kt = (k * torch.exp(G[:, -1:, :] - G)).abs()
+        eta_L = units.gamma(K + 2) + eps_w + 2 * eps_k + 2 * units.op
+        eta = (
+            units.gamma(2 * c)
+            + units.gamma(c + 1)
+            + eta_L
+            + units.inverse
+            + eps_w
+            + eps_k
+            + 2 * u
+            + 2 * units.op
+            + units.casts
+        )
+        zeta = units.gamma(K + 1) + 2 * units.inter + units.state + 2 * units.op
+        R1 = beta[..., None] * k.abs() * eG
+        R2 = beta[..., None] * v.abs()
+        dVn = eta * M @ (R2 + R1 @ S.abs()) + zeta * (U.abs() + W.abs() @ S.abs())
+        # Weights e^x that are subnormal err by 2^-150 absolutely: the terms without them.
+        bare_k = beta[..., None] * k.abs()
+        L_bare = (bare_k @ k.abs().transpose(-1, -2)).tril(-1)
+        dVn = dVn + units.under * T.abs() @ (L_bare @ Vn.abs() + bare_k @ S.abs())
+        dS = (
+            (2 * u + eps_w) * eGc[..., None] * S.abs()
+            + (units.gamma(c + 1) + eps_w + eps_k + units.casts) * Kt.transpose(-1, -2) @ Vn.abs()
+            + Kt.transpose(-1, -2) @ dVn
+            + units.under * (S.abs() + k.abs().transpose(-1, -2) @ Vn.abs())
+            + (2 * c + 2 * K + 8) * units.under
+        )
+        P = (q.abs()[:, :, None, :] * k.abs()[:, None, :, :] * w_incl).sum(-1)
+        A_qk = (q[:, :, None, :] * k[:, None, :, :] * w_incl).sum(-1)
+        magnitude = scale * ((q * eG).abs() @ S.abs() + P @ Vn.abs())
+        o = scale * ((q * eG) @ S + A_qk @ Vn)
+        prefix = rho_all[:, start:end].cumprod(-1)  # [H, c]
+        relative = units.gamma(K + c + 2) + eps_w + eps_q + eps_k + units.state + units.casts
+        bound = (
+            relative * magnitude
+            + scale * P @ dVn
+            + scale * q.norm(dim=-1)[..., None] * prefix[..., None] * E[:, None, :]
+            + scale
+            * units.under
+            * (q.abs() @ S.abs() + (q.abs() @ k.abs().transpose(-1, -2)).tril() @ Vn.abs())
+            + (2 * c + 2 * K + 8) * units.under
+        )
+        outs.extend(o.unbind(1))
+        bounds.extend((bound + units.out * o.abs() + units.floor).unbind(1))
+        mags.extend(magnitude.unbind(1))
+        S = eGc[..., None] * S + (k * torch.exp(G[:, -1:, :] - G)).transpose(-1, -2) @ Vn
+        E = prefix[:, -1, None] * E + dS.norm(dim=1)
+    return _finish(seq, S, E, outs, bounds, mags)
+
+
+def _finish(
+    seq: DeltaSequence,
+    S: torch.Tensor,
+    E: torch.Tensor,
+    outs: list[torch.Tensor],
+    bounds: list[torch.Tensor],
+    mags: list[torch.Tensor],
+) -> SequenceBound:
+    H, _, V = seq.v.shape
+
+    def stack(xs: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack(xs, 1) if xs else seq.v.new_zeros(H, 0, V)
+
+    return SequenceBound(
+        o=stack(outs),
+        o_bound=stack(bounds),
+        o_magnitude=stack(mags),
+        state=S,
+        state_bound=E[:, None, :].expand(S.shape).clone(),
+        state_magnitude=S.abs(),
+    )
+
+
+def sequence_bounds(problem: DeltaProblem, recipe: DeltaRecipe) -> list[SequenceBound]:
+    """Every sequence's exact outputs and bounds, in `DeltaProblem.sequences` order."""
+    units = Units.of(recipe, problem.q.dtype)
+    p = problem.to(torch.float64)
+    out = []
+    with torch.no_grad():
+        for n, b, start, end in p.sequences():
+            seq = sequence_inputs(p, n, b, start, end)
+            if recipe.form == "recurrent":
+                out.append(recurrent_sequence(seq, p.scale, units, l2norm_qk=p.l2norm_qk))
+            else:
+                out.append(
+                    chunk_sequence(seq, p.scale, units, recipe.chunk_size, l2norm_qk=p.l2norm_qk)
+                )
+    return out
+
+
+def forward_bounds(problem: DeltaProblem, recipe: DeltaRecipe) -> dict[str, TensorBound]:
+    """Return the bounds of ``o`` and (when asked for) ``final_state``.
+
+    Args:
+        problem: The problem as the kernel receives it.
+        recipe: The kernel's precision recipe for the problem's dtype.
+
+    Returns:
+        `TensorBound` by tensor name: the oracle's value, the bound B, the magnitude M (the
+        same sums on absolute values: the scale ρ = err / (u M) is measured on).
+    """
+    B, T, H, K, V = problem.shape
+    units = Units.of(recipe, problem.q.dtype)
+    per_seq = sequence_bounds(problem, recipe)
+
+    def tokens(field: str) -> torch.Tensor:
+        parts = [getattr(s, field).transpose(0, 1) for s in per_seq]  # [L, H, V]
+        return torch.cat(parts, 0).reshape(B, T, H, V)
+
+    count = float(K + 5 + (recipe.chunk_size if recipe.form == "chunk" else T))
+    named = {
+        "o": _tensor_bound("o", tokens("o"), tokens("o_bound"), tokens("o_magnitude"), units, count)
+    }
+    if problem.output_final_state:
+        named["final_state"] = _tensor_bound(
+            "final_state",
+            torch.stack([s.state for s in per_seq]),
+            torch.stack([s.state_bound for s in per_seq]),
+            torch.stack([s.state_magnitude for s in per_seq]),
+            units,
+            count,
+        )
+    return named
+
+
+def _tensor_bound(
+    name: str,
+    reference: torch.Tensor,
+    bound: torch.Tensor,
+    magnitude: torch.Tensor,
+    units: Units,
+    count: float,
+) -> TensorBound:
+    return TensorBound(
+        name=name,
+        reference=reference,
+        bound=bound,
+        magnitude=magnitude,
+        count=torch.full_like(reference, count),
+        unit=units.acc,
+        verifiable=torch.isfinite(bound),
+    )
+
+
+__all__ = [
+    "SequenceBound",
+    "Units",
+    "chunk_sequence",
+    "contraction",
+    "forward_bounds",
+    "recurrent_sequence",
+    "sequence_bounds",
+]

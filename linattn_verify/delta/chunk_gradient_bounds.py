@@ -1,0 +1,652 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Gradient error bounds of the delta rule for the chunk (WY / UT) recipe (error-model §8.4).
+
+For the loss <o, do> + <S_T, dS_T>, take a chunk of c tokens entering with the state S (exact,
+computed with column errors E by the forward) and left with the adjoint Λ⁺ = ∂loss/∂S⁺ of the
+state leaving it (exact, computed with column errors F⁺). With the forward's notation (bounds.py:
+K_in = K ⊙ e^G, Q_in = Q ⊙ e^G, K~ = K ⊙ e^{G_c - G}, weights w_ijm = e^{G_im - G_jm},
+Akk = strict_tril(Σ_m K_im K_jm w_ijm), Aqk = tril(Σ_m Q_im K_jm w_ijm), L = I + diag(β) Akk,
+T = L^-1) the chunk's forward is R = diag(β)(V - K_in S), Vn = T R, O = s (Q_in S + Aqk Vn),
+S⁺ = e^{G_c} ⊙ S + K~^T Vn, and its exact backward, term by term:
+
+    dVn   = s Aqk^T dO + K~ Λ⁺                  (the adjoint of the corrected values)
+    Y     = T^T dVn                             (the adjoint of R: d(βv) = Y, d(βK_in) = -Y S^T)
+    dL    = -strict_tril(Y Vn^T)                (= -T^T dT T^T with dT = dVn R^T: the gradient
+                                                 through the triangular inverse)
+    dAkk  = diag(β) dL,    dAqk = s tril(dO Vn^T)
+    dv_j  = β_j Y_j
+    dβ_j  = Y_j · (v_j - S^T k_in_j) + Σ_l dL_jl Akk_jl
+    dq_i  = s e^{G_i} ⊙ (S dO_i) + Σ_{j<=i} dAqk_ij k_j ⊙ w_ij
+    dk_j  = Σ_{i>=j} dAqk_ij q_i ⊙ w_ij + Σ_{l<j} dAkk_jl k_l ⊙ w_jl + Σ_{i>j} dAkk_ij k_i ⊙ w_ij
+            - β_j e^{G_j} ⊙ (S Y_j) + e^{G_c - G_j} ⊙ (Λ⁺ Vn_j)
+    dG_im = Σ_{j<i} dAkk_ij k_im k_jm w_ijm - Σ_{l>i} dAkk_li k_lm k_im w_lim   (the same pair
+            terms for dAqk, j <= i) + s q_in_im (S dO_i)_m - β_i k_in_im (S Y_i)_m
+            - K~_im (Λ⁺ Vn_i)_m  [+ Σ_j K~_jm (Λ⁺ Vn_j)_m + e^{G_cm} Σ_v Λ⁺_mv S_mv at i = c]
+    dg_t  = Σ_{i>=t} dG_i                       (G is the chunk-local cumsum: a reverse cumsum;
+                                                 a scalar gate sums over m)
+    Λ     = e^{G_c} ⊙ Λ⁺ + s Q_in^T dO - K_in^T diag(β) Y   (the adjoint of S; dS_0 at chunk 1)
+
+`_chunk_backward` evaluates exactly these sums. With every input replaced by its absolute value,
+every subtraction by an addition and T by M = |T| (I + |L - I|) |T| (>= |T|, so every occurrence
+of T and T^T is charged the triangular factor), it gives the magnitude m of each gradient
+element: the sum of the absolute values of all the product terms of the fully expanded
+expression, Vn as T R and R as βv + β K_in S (never the cancelled |Vn|). Every association of a
+product chain, every summation order and every regrouping of the same terms has first-order
+rounding error <= γ_n times this sum, n the longest chain of roundings; so one m covers torch
+autograd of the fp32 chunk reference (which back-propagates through forward substitution: a
+triangular solve with L^T, error <= γ_c |T^T| |L^T| |T^T| <= γ_c M^T) and FLA's backward (dA =
+dw (βK_in)^T + du (βv)^T = dVn R^T, then -A^T dA A^T; dq, dk, dg from the identities
+dg_i = q_i·dq_i - k_i·dk_i + ..., whose products are the same terms as the pair terms above,
+grouped per token). The dg magnitude of token t is Σ_{i>=t} m(dG_i): every later token's terms,
+not |dg_t| (the pair terms of two tokens both >= t cancel exactly but not in rounding).
+
+The bound of each gradient element x (first order, O(u²) left to the fail threshold r <= 2):
+
+    B_x = κ_x m_x + J(m_x; T: ΔT, q: ε_k |q|, k: ε_k |k|, w, e^G: ε_w w, S: u_S |S| + φ_S,
+                        Λ⁺: u_S |Λ⁺| + φ_S, stored node X: u_I |X| + φ_I) + J(m_x; S: E, Λ⁺: F⁺)
+
+where J(m; X: ΔX, ...) is the directional derivative of the magnitude (a polynomial with
+non-negative coefficients) along ΔX, i.e. the sum over every occurrence (slot) of X in every term
+of the term with that slot replaced by ΔX: the first-order effect of an error ΔX in X wherever X
+is read (`torch.func.jvp`). It covers
+
+* the inverse: |δT| <= ΔT = (γ_{2c} + 4 u_op) M + |T| |δL| |T| + u_T |T| + φ_T (Higham Thm 8.5
+  for forward substitution or the block merge T21 = -T22 L21 T11 on the computed L, its two
+  products' tf32 operands 4 u_op; the first-order perturbation -T δL T of L's own errors
+  |δL_ij| <= β_i Σ_m |k_im k_jm| w_ijm (γ_{K+2} + 2 ε_k + 2 u_op + ε_ij); T stored in
+  ``inverse_dtype``), charged at each T of a term (Y and Vn: dL, dβ, dk and dg read T twice);
+* the in-kernel L2 norm (ε_k per component, bounds.Units.l2norm) and the gate: the chunk-local
+  cumsum errs by γ_{c+1} |G_i| (every g <= 0), so a weight e^{G_i - G_j} errs relatively by
+  ε_ij = γ_{c+1}(|G_i| + |G_j|) + (4 + 2.4 |G_i - G_j|) u (the exp: docs/error-model.md §4), e^{G_i}
+  by γ_{c+1}|G_i| + (4 + 2.4|G_i|) u; e^0 = 1 of a token with itself is exact; an underflowing
+  weight errs by half the smallest fp32 subnormal more. Per pair, not the chunk's largest |G|:
+  a weight whose exponents are large but whose difference is small is charged only its own;
+* the recomputed forward state, column error E (bounding every element of the column), and the
+  adjoint of the chunk-boundary state, F⁺, each charged at every S and Λ⁺ the terms read; both are
+  read in ``state_dtype`` (FLA stores h and dh in the input dtype, carried in fp32 registers);
+* the stores in ``intermediate_dtype``, each at its own node: a zero-valued additive slot at the
+  node takes u_I |X| + φ_I as its tangent (X the node's exact value; φ half the smallest
+  subnormal of the storage dtype: a 16-bit store below the normal range errs by up to φ, not by
+  u|x|). The nodes: Q_in, K_in (β K_in cast), K~ (the decayed keys), βv (cast), Aqk (the
+  scores), W = T βK_in (read by W S and by the adjoint's W^T dVn), U and Vn, the decayed Vn FLA
+  stores before K~^T reads it (Σ_j |k_jm| (u_I |K~_jm Vn_jv| + φ) on S⁺), dVn and its local part
+  s Aqk^T dO (stored apart), Y (du), dL (dA), and dW = dVn S^T, which reaches d(βK_in) through
+  T^T (M^T (u_I |dW| + φ)); the adjoint dT = dVn R^T of a stored inverse, rounded to its dtype
+  by autograd through the cast, reaches dL as T^T δdT T^T (u_T M^T |dVn| |R|^T M^T).
+  ``casts_on_path`` names roundings at these nodes (FLA's: βv, βK_in, Q_in, K~, the decayed Vn,
+  the scores), each charged here already; a cast at another node is not modelled. Measured:
+  FLA's fp16 gated and KDA backward read W = A (β k e^G) stored in fp16 (chunk_delta_h.py:598),
+  and dS_0 of strongly gated sequences (|dS_0| ~ 1e-9) erred by 2e-8: r = 2.3 and 6.5 against a
+  relative store model without φ.
+
+κ collects the roundings of the arithmetic, each charged the whole m:
+
+    κ_x = γ_{N_x} + 16 u_op
+
+N_x bounds the longest chain of roundings of x's terms (`rounding_counts`; the counts of two
+computed factors of a product add): Vn K + c + 4 (R: K + 3, T R: c + 1; or W S after W = T βK_in),
+dVn K + c + 4 (Aqk K + 2, Aqk^T dO c + 2, K~ Λ⁺ K + 1, the add), Y = n(dVn) + c + 1, dL = Y·Vn over
+V: n(Y) + n(Vn) + V + 1 (FLA's T^T (dVn R^T) T^T has the same count), then per gradient dv n(Y) + 1,
+dq n(Vn) + V + c + 5, dk n(dL) + c + 8, dβ n(dL) + K + c + 4, dg n(dL) + 3c + K + 12 (the pair
+terms, dG's sums, the reverse cumsum and a scalar gate's sum over K), Λ n(Y) + c + 5, S⁺ n(Vn) +
+c + 2. u_op: tf32 operands, two per dot, at most 8 dots on a path.
+
+The running column errors: the forward error of the state (bounds.py's model with this module's
+local term: E⁺ = Π ρ E + ||κ m(S⁺) + J(m(S⁺); T, q, k, w)||_2 over K) and of the adjoint, run
+backward with the exact transition's norm ||Φ^T||_2 = ||Φ||_2 <= Π_{t in chunk} ρ_t:
+
+    F = Π ρ F⁺ + ||κ m(Λ) + J(m(Λ); T, q, k, w)||_2     (Λ does not depend on S)
+
+F of the first chunk is the bound of dS_0 (every element of the column). With the in-kernel L2
+norm, dq and dk are chained to the raw inputs as gradient_bounds.py does (|J| B + (γ_{K+6} +
+2 ε_k) |J| m). Every gradient is finally rounded to its input's dtype (one u |ref| and half the
+smallest subnormal), as `gradient_bounds.backward_bounds`.
+
+The reference gradients are float64 autograd of the recurrent oracle (`reference_gradients`);
+`_chunk_backward` in exact mode reproduces them (tests/delta/test_chunk_gradient_bounds.py), so the
+magnitudes above are those of the same sums.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.func import jvp as _torch_jvp
+
+from linattn_verify import interpreter
+from linattn_verify.delta.bounds import SMALLEST_SUBNORMAL, Units, contraction
+from linattn_verify.delta.kernel import DeltaRecipe
+from linattn_verify.delta.problem import DeltaProblem
+from linattn_verify.delta.reference import (
+    DeltaSequence,
+    forward_substitution_inverse,
+    pair_weights,
+    sequence_inputs,
+)
+from linattn_verify.recipe import UNIT_ROUNDOFF
+from linattn_verify.tolerance import TensorBound
+from linattn_verify.typing import dtype_name
+
+SUBNORMAL_FP32 = 2.0**-149
+"""Absolute error of a weight e^x that underflows in fp32 (below the subnormals: rounded to 0)."""
+
+_PRIMITIVES = ("q", "k", "wqk", "wkk", "eG", "eGc", "ekout", "T", "S", "Lam")
+"""The chunk's primitives that carry an error (in `_chunk_backward`'s argument order)."""
+
+_STORED = ("q_in", "k_in", "Kt", "Aqk", "v", "W", "Vn", "Sn", "dVn", "Y", "dL", "SY")
+"""Additive slots (zero in value) at the nodes a recipe may store in ``intermediate_dtype``:
+their tangents are the store's error u_I |node| + φ (φ: half the smallest subnormal)."""
+
+
+@dataclass(frozen=True)
+class ChunkInputs:
+    """One chunk's exact primitives (float64, heads first)."""
+
+    q: torch.Tensor  # [H, c, K] normalised, unscaled
+    k: torch.Tensor  # [H, c, K]
+    wqk: torch.Tensor  # [H, c, c, K] e^{G_i - G_j}, j <= i, else 0
+    wkk: torch.Tensor  # [H, c, c, K] strict
+    eG: torch.Tensor  # [H, c, K]
+    eGc: torch.Tensor  # [H, K]
+    ekout: torch.Tensor  # [H, c, K] e^{G_c - G}
+    T: torch.Tensor  # [H, c, c]
+    S: torch.Tensor  # [H, K, V] the state entering the chunk
+    Lam: torch.Tensor  # [H, K, V] the adjoint of the state leaving it
+    v: torch.Tensor  # [H, c, V]
+    beta: torch.Tensor  # [H, c]
+    dO: torch.Tensor  # [H, c, V]
+    G: torch.Tensor  # [H, c, K] the chunk-local cumulative gate (zeros without a gate)
+
+    def primitives(self) -> tuple[torch.Tensor, ...]:
+        """The primitives in `_chunk_backward`'s order, the stored nodes' slots (zeros) last."""
+        H, c, K = self.q.shape
+        V = self.v.shape[-1]
+        zeros = {
+            "q_in": (H, c, K),
+            "k_in": (H, c, K),
+            "Kt": (H, c, K),
+            "Aqk": (H, c, c),
+            "v": (H, c, V),
+            "W": (H, c, K),
+            "Vn": (H, c, V),
+            "Sn": (H, K, V),
+            "dVn": (H, c, V),
+            "Y": (H, c, V),
+            "dL": (H, c, c),
+            "SY": (H, c, K),
+        }
+        slots = tuple(self.q.new_zeros(zeros[n]) for n in _STORED)
+        return tuple(getattr(self, n) for n in _PRIMITIVES) + slots
+
+
+def jvp(
+    f: Callable[..., dict[str, torch.Tensor]],
+    primals: tuple[torch.Tensor, ...],
+    tangents: tuple[torch.Tensor, ...],
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``torch.func.jvp``: f at the primals and its derivative along the tangents.
+
+    The first forward-mode call imports torch's jvp decompositions, which warn (a
+    `DeprecationWarning` of ``torch.jit.script``) about nothing that concerns the result.
+    """
+    # Those decompositions import Triton: select its mode first (see `interpreter.select_mode`).
+    interpreter.select_mode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        out: Any = _torch_jvp(f, primals, tangents)
+    return out[0], out[1]
+
+
+def _chunk_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    wqk: torch.Tensor,
+    wkk: torch.Tensor,
+    eG: torch.Tensor,
+    eGc: torch.Tensor,
+    ekout: torch.Tensor,
+    T: torch.Tensor,
+    S: torch.Tensor,
+    Lam: torch.Tensor,
+    z_q_in: torch.Tensor,
+    z_k_in: torch.Tensor,
+    z_Kt: torch.Tensor,
+    z_Aqk: torch.Tensor,
+    z_v: torch.Tensor,
+    z_W: torch.Tensor,
+    z_Vn: torch.Tensor,
+    z_Sn: torch.Tensor,
+    z_dVn: torch.Tensor,
+    z_Y: torch.Tensor,
+    z_dL: torch.Tensor,
+    z_SY: torch.Tensor,
+    *,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    dO: torch.Tensor,
+    scale: float,
+    sign: float,
+) -> dict[str, torch.Tensor]:
+    """The chunk's gradients, the adjoint entering it and the state leaving it (docstring).
+
+    ``sign = -1`` evaluates them exactly; ``sign = +1`` on absolute values (and M for T) gives
+    the magnitudes: every subtraction of the expanded sums becomes an addition. The ``z_``
+    arguments are added where a recipe stores the node (zeros: the value is unchanged).
+    """
+    c = q.shape[1]
+    strict = torch.ones(c, c, dtype=q.dtype).tril(-1)
+    incl = torch.ones(c, c, dtype=q.dtype).tril()
+    b = beta[..., None]
+    k_in, q_in, Kt = k * eG + z_k_in, q * eG + z_q_in, k * ekout + z_Kt
+    Akk = torch.einsum("him,hjm,hijm->hij", k, k, wkk)
+    Aqk = torch.einsum("him,hjm,hijm->hij", q, k, wqk) + z_Aqk * incl
+    pred = v + z_v + sign * (k_in @ S)  # v - K_in S
+    W = T @ (b * k_in) + z_W
+    U = T @ (b * (v + z_v))
+    Vn = U + sign * (W @ S) + z_Vn  # U - W S
+    local = scale * Aqk.transpose(-1, -2) @ dO
+    dVn = local + Kt @ Lam + z_dVn
+    Y = T.transpose(-1, -2) @ dVn + z_Y
+    dL = (sign * (Y @ Vn.transpose(-1, -2)) + z_dL) * strict
+    dAkk = b * dL
+    dAqk = scale * (dO @ Vn.transpose(-1, -2)) * incl
+    SdO = torch.einsum("hmv,hiv->him", S, dO)
+    SY = torch.einsum("hmv,hiv->him", S, Y) + z_SY
+    LVn = torch.einsum("hmv,hjv->hjm", Lam, Vn)
+    dv = b * Y
+    dbeta = (Y * pred).sum(-1) + (dL * Akk).sum(-1)
+    dq = scale * eG * SdO + torch.einsum("hij,hjm,hijm->him", dAqk, k, wqk)
+    dk = (
+        torch.einsum("hij,him,hijm->hjm", dAqk, q, wqk)
+        + torch.einsum("hjl,hlm,hjlm->hjm", dAkk, k, wkk)
+        + torch.einsum("hij,him,hijm->hjm", dAkk, k, wkk)
+        + sign * b * eG * SY
+        + ekout * LVn
+    )
+    pair_kk = torch.einsum("hij,him,hjm,hijm->hijm", dAkk, k, k, wkk)
+    pair_qk = torch.einsum("hij,him,hjm,hijm->hijm", dAqk, q, k, wqk)
+    dG = (
+        pair_kk.sum(2)
+        + sign * pair_kk.sum(1)
+        + pair_qk.sum(2)
+        + sign * pair_qk.sum(1)
+        + scale * q_in * SdO
+        + sign * b * k_in * SY
+        + sign * Kt * LVn
+    )
+    last = (Kt * LVn).sum(1) + eGc * (Lam * S).sum(-1)  # [H, K]
+    dG = torch.cat([dG[:, :-1], (dG[:, -1] + last)[:, None]], 1)
+    dg = dG.flip(1).cumsum(1).flip(1)
+    Lam_in = (
+        eGc[..., None] * Lam
+        + scale * q_in.transpose(-1, -2) @ dO
+        + sign * W.transpose(-1, -2) @ dVn  # K_in^T diag(β) Y
+    )
+    S_next = eGc[..., None] * S + Kt.transpose(-1, -2) @ Vn + z_Sn
+    return {
+        "q": dq,
+        "k": dk,
+        "v": dv,
+        "beta": dbeta,
+        "g": dg,
+        "Lam_in": Lam_in,
+        "S_next": S_next,
+        "o": scale * (q_in @ S + Aqk @ Vn),
+        # The stored nodes (exact mode: their values, whose rounding the slots charge).
+        "node_q_in": q_in,
+        "node_k_in": k_in,
+        "node_Kt": Kt,
+        "node_Aqk": Aqk * incl,
+        "node_U": U,
+        "node_W": W,
+        "node_Vn": Vn,
+        "node_R": b * pred,
+        "node_local": local,
+        "node_dVn": dVn,
+        "node_Y": Y,
+        "node_dL": dL,
+        "node_dW": dVn @ S.transpose(-1, -2),
+    }
+
+
+def chunk_inputs(
+    seq: DeltaSequence, start: int, end: int, S: torch.Tensor, Lam: torch.Tensor, dO: torch.Tensor
+) -> tuple[ChunkInputs, torch.Tensor]:
+    """Tokens ``start:end`` of ``seq`` as exact primitives, with M = |T| (I + |L - I|) |T|."""
+    H, _, K = seq.q.shape
+    q, k, v = seq.q[:, start:end], seq.k[:, start:end], seq.v[:, start:end]
+    beta = seq.beta[:, start:end]
+    c = end - start
+    if seq.g is None:
+        G = q.new_zeros(H, c, K)
+    elif seq.g.ndim == 2:
+        G = seq.g[:, start:end].cumsum(-1)[..., None].expand(H, c, K)
+    else:
+        G = seq.g[:, start:end].cumsum(-2)
+    wqk = pair_weights(G, strict=False, vector=True)
+    wkk = pair_weights(G, strict=True, vector=True)
+    eye = torch.eye(c, dtype=q.dtype)
+    Akk = torch.einsum("him,hjm,hijm->hij", k, k, wkk)
+    L_off = beta[..., None] * Akk
+    T = forward_substitution_inverse(eye + L_off)
+    M = T.abs() @ (eye + L_off.abs()) @ T.abs()
+    inputs = ChunkInputs(
+        q=q,
+        k=k,
+        wqk=wqk,
+        wkk=wkk,
+        eG=torch.exp(G),
+        eGc=torch.exp(G[:, -1]),
+        ekout=torch.exp(G[:, -1:] - G),
+        T=T,
+        S=S,
+        Lam=Lam,
+        v=v,
+        beta=beta,
+        dO=dO,
+        G=G,
+    )
+    return inputs, M
+
+
+def _evaluate(
+    x: ChunkInputs, scale: float, *, magnitude: bool, T_abs: torch.Tensor | None = None
+) -> Callable[..., dict[str, torch.Tensor]]:
+    """`_chunk_backward` as a function of the primitives (for jvp), exact or on magnitudes."""
+    v, beta, dO = (x.v.abs(), x.beta.abs(), x.dO.abs()) if magnitude else (x.v, x.beta, x.dO)
+
+    def f(*prims: torch.Tensor) -> dict[str, torch.Tensor]:
+        return _chunk_backward(
+            *prims,
+            v=v,
+            beta=beta,
+            dO=dO,
+            scale=abs(scale) if magnitude else scale,
+            sign=1.0 if magnitude else -1.0,
+        )
+
+    return f
+
+
+def storage_floors(recipe: DeltaRecipe, dtype: torch.dtype) -> tuple[float, float, float]:
+    """Return φ of the intermediates, the inverse and the state stores (module docstring).
+
+    Half the smallest subnormal of the storage dtype where the recipe rounds to it; 0 where it
+    stores nothing narrower than its arithmetic.
+    """
+
+    def floor(name: str) -> float:
+        if recipe.u_storage(name, dtype) == 0:
+            return 0.0
+        value = getattr(recipe, name)
+        resolved = dtype_name(dtype) if value == "input" else value
+        return SMALLEST_SUBNORMAL.get(resolved, 0.0) / 2
+
+    return floor("intermediate_dtype"), floor("inverse_dtype"), floor("state_dtype")
+
+
+def rounding_counts(K: int, V: int, c: int) -> dict[str, int]:
+    """N of each output: the longest chain of roundings of its terms (module docstring)."""
+    n_vn = K + c + 4  # R (K + 3), T R (c + 1); or W S after W = T (β K_in): the same
+    n_dvn = K + c + 4  # s Aqk^T dO (Aqk: K + 2, then c + 2), + K~ Λ⁺ (K + 1), the add
+    n_y = n_dvn + c + 1  # T^T dVn (or the solve with L^T)
+    n_dl = n_y + n_vn + V + 1  # Y · Vn over V (FLA: dVn R^T then T^T . T^T: the same)
+    return {
+        "v": n_y + 1,
+        "q": n_vn + V + 2 + c + 3,  # dAqk = s dO · Vn, then Σ_j dAqk k w
+        "k": n_dl + 1 + c + 7,  # dAkk = β dL, Σ over the chunk of dAkk k w, five terms joined
+        "beta": n_dl + (K + 2) + c + 2,  # Σ_l dL_jl Akk_jl, joined to Y · (v - S^T k_in)
+        "g": n_dl + 1 + 3 + 2 * c + 8 + c + K,  # pair terms, dG's sums, reverse cumsum, Σ_m
+        "Lam_in": n_y + c + 5,  # K_in^T diag(β) Y, joined to e^{G_c} Λ⁺ and s Q_in^T dO
+        "S_next": n_vn + c + 2,  # K~^T Vn, joined to e^{G_c} S
+    }
+
+
+def _sequence(
+    seq: DeltaSequence,
+    raw_q: torch.Tensor,
+    raw_k: torch.Tensor,
+    do: torch.Tensor,
+    dS_T: torch.Tensor,
+    scale: float,
+    units: Units,
+    C: int,
+    l2norm_qk: bool,
+    floors: tuple[float, float, float],
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Bounds and magnitudes of one sequence's gradients (heads first), by input name."""
+    from linattn_verify.delta.gradient_bounds import _l2norm_chain
+
+    H, L, K = seq.q.shape
+    V = seq.v.shape[-1]
+    u = units.u
+    eps_k = units.l2norm(K, l2norm_qk)
+    rho = contraction(seq.beta, seq.k, seq.g)
+    starts = list(range(0, L, C))
+    phi_I, phi_T, phi_S = floors
+
+    def coefficients(c: int) -> dict[str, float]:
+        """κ of each output of a chunk of c tokens (module docstring)."""
+        return {
+            name: units.gamma(n) + 16 * units.op for name, n in rounding_counts(K, V, c).items()
+        }
+
+    def model_tangents(
+        x: ChunkInputs, M: torch.Tensor, nodes: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, ...]:
+        """ΔX of the primitives and stored nodes (docstring); S, Λ⁺ only their reads."""
+        c = x.q.shape[1]
+        gated = seq.g is not None
+        floor = SUBNORMAL_FP32 / 2 if gated else 0.0
+        # The chunk-local cumsum errs by γ_{c+1} |G_i| (every g <= 0, so |G_i| = Σ|g|); a weight
+        # e^{a - b} by both cumsums' errors and the exp's (4 + 2.4|a - b|) u. Weights of a
+        # token with itself (the diagonal of wqk, e^{G_c - G_c}) are e^0 = 1 exactly.
+        a = units.gamma(c + 1) * x.G.abs() if gated else torch.zeros_like(x.G)
+        diff = (x.G[:, :, None, :] - x.G[:, None, :, :]).abs()
+        rel = (a[:, :, None, :] + a[:, None, :, :] + (4 + 2.4 * diff) * u) * gated
+        off = 1 - torch.eye(c, dtype=x.q.dtype)[None, :, :, None]
+        rel_pair = rel * off
+
+        def w_dir(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+            return r * w.abs() + floor * (w != 0) * (r != 0)
+
+        rel_G = (a + (4 + 2.4 * x.G.abs()) * u) * gated
+        rel_out = rel[:, -1] * (1 - torch.eye(c, dtype=x.q.dtype)[-1][None, :, None])
+        # T: forward substitution (or the block merge) on the computed L, and L's own errors:
+        # |δT| <= (γ_{2c} + 4 u_op) M + |T| |δL| |T| + u_T |T| + φ_T,
+        # |δL_ij| <= β_i Σ_m |k_im k_jm| w_ijm η_ijm.
+        eta = units.gamma(K + 2) + 2 * eps_k + 2 * units.op + rel_pair
+        dL = x.beta.abs()[..., None] * torch.einsum(
+            "him,hjm,hijm->hij", x.k.abs(), x.k.abs(), x.wkk.abs() * eta
+        )
+        dT = (units.gamma(2 * c) + 4 * units.op) * M + x.T.abs() @ dL @ x.T.abs()
+        dT = dT + (units.inverse * x.T.abs() + phi_T) * torch.ones_like(x.T).tril()
+        # Every store errs by u |node| + φ (φ: an underflowing 16-bit store), at its node.
+        uI, uS = units.inter, units.state
+
+        def store(name: str, n_floor: float = 1.0) -> torch.Tensor:
+            return uI * nodes[name].abs() + n_floor * phi_I
+
+        Mt = M.transpose(-1, -2)
+        # The decayed Vn FLA stores before K^T reads it: Σ_j |k_jm| (u |e^{G_c - G_j} Vn_jv| + φ).
+        Kt_abs = nodes["node_Kt"].abs().transpose(-1, -2)
+        sn = uI * Kt_abs @ nodes["node_Vn"].abs() + phi_I * x.k.abs().sum(1)[:, :, None]
+        # The adjoint dT = dVn R^T of a stored inverse, rounded to inverse_dtype (autograd
+        # through the cast): it reaches dL as T^T δ(dT) T^T, <= u_T M^T |dVn| |R|^T M^T.
+        dT_adj = Mt @ (nodes["node_dVn"].abs() @ nodes["node_R"].abs().transpose(-1, -2)) @ Mt
+        # dW = -dVn S^T stored reaches d(βK_in) = T^T dW through T^T: M^T (u |dW| + φ).
+        dW = Mt @ (uI * nodes["node_dW"].abs() + phi_I)
+        return (
+            eps_k * x.q.abs(),
+            eps_k * x.k.abs(),
+            w_dir(x.wqk, rel_pair),
+            w_dir(x.wkk, rel_pair),
+            w_dir(x.eG, rel_G),
+            w_dir(x.eGc, rel_G[:, -1]),
+            w_dir(x.ekout, rel_out),
+            dT,
+            uS * x.S.abs() + phi_S,
+            uS * x.Lam.abs() + phi_S,
+            store("node_q_in"),
+            store("node_k_in"),
+            store("node_Kt"),
+            store("node_Aqk"),
+            uI * x.v.abs() + phi_I,  # beta v cast (relative to v: beta is exact)
+            store("node_W"),
+            store("node_Vn") + store("node_U"),
+            sn.expand(H, K, V),
+            store("node_local") + store("node_dVn"),
+            store("node_Y"),
+            store("node_dL") + units.inverse * dT_adj + max(phi_I, phi_T),
+            dW,
+        )
+
+    def abs_primals(x: ChunkInputs, M: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        prims = [p.abs() for p in x.primitives()]
+        prims[_PRIMITIVES.index("T")] = M
+        return tuple(prims)
+
+    # Forward: exact entering states and their column errors E.
+    S = seq.S0
+    E = S.new_zeros(H, V)
+    zero_lam = S.new_zeros(H, K, V)
+    states, errors = [], []
+    for start in starts:
+        end = min(start + C, L)
+        x, M = chunk_inputs(seq, start, end, S, zero_lam, do[:, start:end])
+        kappa = coefficients(end - start)
+        states.append(S)
+        errors.append(E)
+        nodes = _evaluate(x, scale, magnitude=False)(*x.primitives())
+        S = nodes["S_next"]
+        mag, lin = jvp(
+            _evaluate(x, scale, magnitude=True), abs_primals(x, M), model_tangents(x, M, nodes)
+        )
+        local = kappa["S_next"] * mag["S_next"] + lin["S_next"]
+        E = rho[:, start:end].prod(-1)[:, None] * E + local.norm(dim=1)
+    # Backward: exact adjoints Λ⁺ and their column errors F, and the gradients' bounds.
+    Lam = dS_T
+    F = Lam.new_zeros(H, V)
+    out: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {
+        n: [] for n in ("q", "k", "v", "beta", "g")
+    }
+    for start, S, E in reversed(list(zip(starts, states, errors, strict=True))):
+        end = min(start + C, L)
+        x, M = chunk_inputs(seq, start, end, S, Lam, do[:, start:end])
+        kappa = coefficients(end - start)
+        exact = _evaluate(x, scale, magnitude=False)(*x.primitives())
+        f_abs = _evaluate(x, scale, magnitude=True)
+        primals = abs_primals(x, M)
+        mag, lin = jvp(f_abs, primals, model_tangents(x, M, exact))
+        state_dirs = [torch.zeros_like(p) for p in primals]
+        state_dirs[_PRIMITIVES.index("S")] = E[:, None, :].expand(H, K, V).clone()
+        state_dirs[_PRIMITIVES.index("Lam")] = F[:, None, :].expand(H, K, V).clone()
+        _, carried = jvp(f_abs, primals, tuple(state_dirs))
+        for name in out:
+            bound = kappa[name] * mag[name] + lin[name] + carried[name]
+            magnitude = mag[name]
+            if name in ("q", "k") and l2norm_qk:
+                raw = (raw_q if name == "q" else raw_k)[:, start:end]
+                bound, magnitude = _l2norm_chain(
+                    raw, getattr(x, name), bound, magnitude, units, eps_k
+                )
+            out[name].append((bound, magnitude))
+        local = kappa["Lam_in"] * mag["Lam_in"] + lin["Lam_in"]
+        F = rho[:, start:end].prod(-1)[:, None] * F + local.norm(dim=1)
+        Lam = exact["Lam_in"]
+    result: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for name, parts in out.items():
+        if parts:
+            parts = parts[::-1]
+            result[name] = (
+                torch.cat([b for b, _ in parts], 1),
+                torch.cat([m for _, m in parts], 1),
+            )
+    result["initial_state"] = (F[:, None, :].expand(H, K, V).clone(), Lam.abs())
+    return result
+
+
+def chunk_backward_bounds(
+    problem: DeltaProblem,
+    recipe: DeltaRecipe,
+    *,
+    do: torch.Tensor,
+    d_final_state: torch.Tensor | None,
+) -> dict[str, TensorBound]:
+    """Return a `TensorBound` per gradient of the chunk recipe (module docstring).
+
+    Args:
+        problem: The problem as the kernel receives it.
+        recipe: The kernel's chunk recipe for the problem's dtype.
+        do: The cotangent of o ``[B, T, H, V]``.
+        d_final_state: The cotangent of S_T ``[N, H, K, V]``, or `None`.
+
+    Returns:
+        ``dq``, ``dk``, ``dv``, ``dbeta``, ``dg`` and ``dinitial_state`` where the input exists:
+        the float64 autograd reference, the bound B and the magnitude.
+    """
+    from linattn_verify.delta.gradient_bounds import _tokens, reference_gradients
+
+    units = Units.of(recipe, problem.q.dtype)
+    _, _, H, K, V = problem.shape
+    p = problem.to(torch.float64)
+    do64 = do.to(torch.float64)
+    exact = reference_gradients(problem, do, d_final_state)
+    pieces: dict[str, list[torch.Tensor]] = {}
+    mags: dict[str, list[torch.Tensor]] = {}
+    with torch.no_grad():
+        for n, b, start, end in p.sequences():
+            seq = sequence_inputs(p, n, b, start, end)
+            dS = (
+                torch.zeros(H, K, V, dtype=torch.float64)
+                if d_final_state is None or not problem.output_final_state
+                else d_final_state[n].to(torch.float64)
+            )
+            parts = _sequence(
+                seq,
+                p.q[b, start:end].transpose(0, 1),
+                p.k[b, start:end].transpose(0, 1),
+                do64[b, start:end].transpose(0, 1),
+                dS,
+                p.scale,
+                units,
+                recipe.chunk_size,
+                p.l2norm_qk,
+                storage_floors(recipe, problem.q.dtype),
+            )
+            for name, (bound, mag) in parts.items():
+                pieces.setdefault(name, []).append(bound)
+                mags.setdefault(name, []).append(mag)
+    named: dict[str, TensorBound] = {}
+    count = float(max(rounding_counts(K, V, recipe.chunk_size).values()))
+    for name, reference in exact.items():
+        if name == "initial_state":
+            bound = torch.stack(pieces[name])
+            magnitude = torch.stack(mags[name])
+        else:
+            bound = _tokens(pieces.get(name, []), reference)
+            magnitude = _tokens(mags.get(name, []), reference)
+            if name == "g" and not problem.vector_gate:
+                # The sum over K is inside N (3K): no further term.
+                bound, magnitude = bound.sum(-1), magnitude.sum(-1)
+        dtype = dtype_name(problem.inputs()[name].dtype)
+        stored = max(UNIT_ROUNDOFF.get(dtype, units.u), units.u)
+        bound = bound.reshape(reference.shape) + stored * reference.abs()
+        bound = bound + SMALLEST_SUBNORMAL.get(dtype, 0.0) / 2
+        named["d" + name] = TensorBound(
+            name="d" + name,
+            reference=reference,
+            bound=bound,
+            magnitude=magnitude.reshape(reference.shape),
+            count=torch.full_like(reference, count),
+            unit=units.acc,
+            verifiable=torch.ones_like(reference, dtype=torch.bool),
+        )
+    return named
+
+
+__all__ = ["ChunkInputs", "chunk_backward_bounds", "chunk_inputs"]

@@ -1,0 +1,320 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Gradient error bounds of the delta rule for the recurrent recipe (docs/error-model.md §8.4).
+
+For the loss <o, do> + <S_T, dS_T>, the adjoint of the state Λ_t = ∂loss/∂S_t runs backward:
+
+    Λ_T = dS_T + s q_T do_T^T,     Λ_{t-1} = A_t^T Λ_t + s q_{t-1} do_{t-1}^T,     dS_0 = A_1^T Λ_1
+
+with A_t^T Λ = D_t Λ'_t, Λ'_t = (I - β_t k_t k_t^T) Λ_t (the adjoint of S'_t), D_t = diag(e^{g_t}).
+||A_t^T||_2 = ||A_t||_2 <= ρ_t, so a computed adjoint's column errors F_t obey the forward
+model's running bound backward: F_{t-1} <= ρ_t F_t + ||δΛ_{t-1}[:, j]||_2 with
+
+    |δΛ_{t-1}| <= γ_{K+6} (D |Λ_t| + D β |k| (|k|^T |Λ_t|) + s |q_{t-1}| |do_{t-1}|^T)
+                  + ε_d D |Λ'_t|.
+
+Per token, with e_t = v_t - S'^T_t k_t, the gradients and their first-order bounds (the kernel's
+recomputed states err by the forward bound E_t per column; σ' = max d_t E_{t-1} + ε_d |S'| bounds
+the error of S'_t, δe_j = ||k|| max d E_{t-1,j} + (γ_{K+1} + ε_d + ε_k) (|v_j| + |S'|^T |k|)_j):
+
+    dq_t = s S_t do_t               s Σ_j E_tj |do_tj| + γ_{V+2} s |S_t| |do_t|
+    dv_t = β Λ_t^T k_t              β (||k|| F_t + (γ_{K+2} + ε_k) |Λ_t|^T |k|)
+    dβ_t = (Λ_t^T k_t)·e_t          Σ_j (||k|| F_tj |e_j| + (|Λ|^T|k|)_j δe_j)
+                                        + (γ_{K+V+2} + 2ε_k) m
+    dk_t = β (Λ_t e_t - S'_t Λ_t^T k_t)    β Σ_j (F_j |e_j| + |Λ_ij| δe_j + σ'_ij |Λ^T k|_j
+                                        + |S'_ij| ||k|| F_j) + (γ_{K+V+4} + 2ε_k) m
+    dg_ti = Σ_j S'_ij Λ'_ij         Σ_j (σ'_ij |Λ'_ij| + |S'_ij| δΛ'_ij) + γ_{V+K+4} m
+                                    (δΛ'_ij = F_j (1 + β |k_i| ||k||); m = Σ_j |S'_ij| (|Λ_ij|
+                                    + β |k_i| (|k|^T |Λ|)_j), the terms before Λ' cancels;
+                                    a scalar gate sums over i)
+    dS_0 = A_1^T Λ_1                F_0
+
+where m is each formula's magnitude (the same sum on absolute values). With the in-kernel L2
+norm the gradient of the raw x = q or k is J (dx̂) with J = (I - x̂ x̂^T) / r, r = sqrt(Σx² +
+eps): its bound is |J| (the bound of dx̂) + (γ_{K+6} + 2 ε_k) |J| |dx̂| with |J| <= (I + |x̂||x̂|^T)/r.
+
+The reference gradients are float64 autograd through the recurrent oracle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from linattn_verify.delta.bounds import SMALLEST_SUBNORMAL, Units, contraction, decay_error
+from linattn_verify.delta.kernel import DeltaRecipe
+from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
+from linattn_verify.delta.reference import DeltaSequence, delta_recurrent, sequence_inputs
+from linattn_verify.recipe import UNIT_ROUNDOFF
+from linattn_verify.tolerance import TensorBound
+from linattn_verify.typing import dtype_name
+
+GRADIENTS = ("q", "k", "v", "beta", "g", "initial_state")
+"""The differentiable inputs of the family, in the order of `DeltaProblem.inputs`."""
+
+
+def reference_gradients(
+    problem: DeltaProblem, do: torch.Tensor, d_final_state: torch.Tensor | None
+) -> dict[str, torch.Tensor]:
+    """Exact (float64 autograd) gradients of <o, do> + <S_T, dS_T>, by input name."""
+    p = problem.to(torch.float64)
+    leaves = {n: x.detach().clone().requires_grad_(True) for n, x in p.inputs().items()}
+    p = replace(p, **leaves)  # type: ignore[arg-type]
+    with torch.enable_grad():
+        o, S_T = delta_recurrent(p)
+        loss = (o * do.to(torch.float64)).sum()
+        if S_T is not None and d_final_state is not None:
+            loss = loss + (S_T * d_final_state.to(torch.float64)).sum()
+        grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+    return {
+        n: torch.zeros_like(x) if gr is None else gr
+        for (n, x), gr in zip(leaves.items(), grads, strict=True)
+    }
+
+
+def _sequence(
+    seq: DeltaSequence,
+    raw_q: torch.Tensor,
+    raw_k: torch.Tensor,
+    do: torch.Tensor,
+    dS_T: torch.Tensor,
+    scale: float,
+    units: Units,
+    l2norm_qk: bool,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Bounds and magnitudes of one sequence's gradients (heads first), by input name."""
+    H, L, K = seq.q.shape
+    V = seq.v.shape[-1]
+    eps_k = units.l2norm(K, l2norm_qk)
+    g = units.gamma
+    d = (
+        torch.ones(H, L, K, dtype=seq.q.dtype)
+        if seq.g is None
+        else torch.exp(seq.g if seq.g.ndim == 3 else seq.g[..., None].expand(H, L, K))
+    )
+    eps_d = decay_error(seq, units)
+    # Each formula's operations may underflow (2^-150 each); the L2-norm chain divides by
+    # r >= sqrt(eps).
+    underflow = (K + V + 8) * units.under * (L2NORM_EPS**-0.5 if l2norm_qk else 1.0)
+    rho = contraction(seq.beta, seq.k, seq.g)
+    max_d = d.amax(-1)  # [H, L]
+    k, q, beta = seq.k, seq.q, seq.beta
+    k_norm = k.norm(dim=-1)  # [H, L]
+    # Forward: exact S'_t, S_t and the running column error E_t of the states.
+    S = seq.S0
+    E = S.new_zeros(H, V)
+    Sp_all, S_all, E_prev, E_all, S_prev = [], [], [], [], []
+    # e^g that is subnormal in fp32 errs by 2^-150 absolutely (0 without a gate).
+    under_d = 0.0 if seq.g is None else units.under
+    for t in range(L):
+        S_before = S
+        Sp = d[:, t, :, None] * S
+        kt, bt = k[:, t, :, None], beta[:, t, None, None]
+        a = (kt.abs() * Sp.abs()).sum(1, keepdim=True)
+        S = Sp + kt * (bt * (seq.v[:, t, None, :] - (kt * Sp).sum(1, keepdim=True)))
+        local = (
+            g(K + 5) * (Sp.abs() + S.abs())
+            + (eps_d[:, t, None, None] * Sp.abs() + under_d * S_before.abs())
+            * (1 - bt * kt.pow(2).sum(1, keepdim=True)).abs().clamp(min=1)
+            + (g(K + 5) + eps_k) * bt * kt.abs() * (seq.v[:, t, None, :].abs() + 2 * a)
+            + (K + 6) * units.under
+        )
+        E_prev.append(E)
+        E = rho[:, t, None] * E + local.norm(dim=1)
+        Sp_all.append(Sp)
+        S_prev.append(S_before)
+        S_all.append(S)
+        E_all.append(E)
+    # Backward: exact Λ_t and its running column error F_t.
+    Lam, F = dS_T, dS_T.new_zeros(H, V)
+    if L:
+        last = scale * q[:, L - 1, :, None] * do[:, L - 1, None, :]
+        Lam, F = Lam + last, g(3) * last.abs().norm(dim=1)
+    out: dict[str, list[torch.Tensor]] = {n: [] for n in ("q", "k", "v", "beta", "g")}
+    mags: dict[str, list[torch.Tensor]] = {n: [] for n in ("q", "k", "v", "beta", "g")}
+    for t in reversed(range(L)):
+        Sp, St, Et, Ep = Sp_all[t], S_all[t], E_all[t], E_prev[t]
+        kt, bt = k[:, t], beta[:, t, None]  # [H, K], [H, 1]
+        kn = k_norm[:, t, None]  # [H, 1]
+        e = seq.v[:, t] - (kt[:, :, None] * Sp).sum(1)  # [H, V]
+        pred_mag = (kt.abs()[:, :, None] * Sp.abs()).sum(1)  # |S'|^T |k|, [H, V]
+        sigma = (
+            max_d[:, t, None, None] * Ep[:, None, :]
+            + eps_d[:, t, None, None] * Sp.abs()
+            + under_d * S_prev[t].abs()
+        )
+        de = kn * max_d[:, t, None] * Ep + (g(K + 1) + eps_d[:, t, None] + eps_k) * (
+            seq.v[:, t].abs() + pred_mag
+        )
+        lam_k = (Lam * kt[:, :, None]).sum(1)  # Λ^T k, [H, V]
+        lam_k_mag = (Lam.abs() * kt.abs()[:, :, None]).sum(1)
+        # dq (before the L2-norm chain)
+        do_t = do[:, t]
+        dq_mag = scale * (St.abs() * do_t.abs()[:, None, :]).sum(-1)  # [H, K]
+        dq_b = scale * (Et * do_t.abs()).sum(-1, keepdim=True) + g(V + 2) * dq_mag
+        # dv
+        dv_mag = bt * lam_k_mag
+        dv_b = bt * (kn * F + (g(K + 2) + eps_k) * lam_k_mag)
+        # dbeta
+        db_mag = (lam_k_mag * e.abs()).sum(-1)
+        db_b = (kn * F * e.abs() + lam_k_mag * de).sum(-1) + (g(K + V + 2) + 2 * eps_k) * db_mag
+        # dk (before the L2-norm chain)
+        dk_mag = bt * (
+            (Lam.abs() * e.abs()[:, None, :]).sum(-1) + (Sp.abs() * lam_k_mag[:, None, :]).sum(-1)
+        )
+        dk_b = (
+            bt
+            * (
+                (F * e.abs()).sum(-1, keepdim=True)
+                + (Lam.abs() * de[:, None, :]).sum(-1)
+                + (sigma * lam_k.abs()[:, None, :]).sum(-1)
+                + (Sp.abs() * (kn * F)[:, None, :]).sum(-1)
+            )
+            + (g(K + V + 4) + 2 * eps_k) * dk_mag
+        )
+        # dg
+        Lam_p = Lam - bt[:, :, None] * kt[:, :, None] * lam_k[:, None, :]
+        dLam_p = F[:, None, :] * (1 + bt[:, :, None] * kt.abs()[:, :, None] * kn[:, :, None])
+        # Λ' = Λ - β k (k^T Λ) can cancel (β ||k||² = 1): its rounding scales with the terms.
+        Lam_p_terms = Lam.abs() + bt[:, :, None] * kt.abs()[:, :, None] * lam_k_mag[:, None, :]
+        dg_mag = (Sp.abs() * Lam_p_terms).sum(-1)  # [H, K]
+        dg_b = (sigma * Lam_p.abs() + Sp.abs() * dLam_p).sum(-1) + g(V + K + 4) * dg_mag
+        if l2norm_qk:
+            dq_b, dq_mag = _l2norm_chain(raw_q[:, t], q[:, t], dq_b, dq_mag, units, eps_k)
+            dk_b, dk_mag = _l2norm_chain(raw_k[:, t], kt, dk_b, dk_mag, units, eps_k)
+        for name, bound, mag in (
+            ("q", dq_b, dq_mag),
+            ("k", dk_b, dk_mag),
+            ("v", dv_b, dv_mag),
+            ("beta", db_b, db_mag),
+            ("g", dg_b, dg_mag),
+        ):
+            out[name].append(bound + underflow)
+            mags[name].append(mag)
+        # Λ_{t-1} = D_t Λ'_t + s q_{t-1} do_{t-1}^T (dS_0 = D_1 Λ'_1 at t = 0)
+        step_mag = d[:, t, :, None] * (
+            Lam.abs() + bt[:, :, None] * kt.abs()[:, :, None] * lam_k_mag[:, None, :]
+        )
+        Lam = d[:, t, :, None] * Lam_p
+        local = (
+            g(K + 6) * step_mag
+            + eps_d[:, t, None, None] * Lam.abs()
+            + under_d * Lam_p.abs()
+            + (K + 8) * units.under
+        )
+        if t:
+            outer = scale * q[:, t - 1, :, None] * do[:, t - 1, None, :]
+            Lam = Lam + outer
+            local = local + g(K + 6) * outer.abs()
+        F = rho[:, t, None] * F + local.norm(dim=1)
+    result: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for name in out:
+        bounds, magnitudes = out[name][::-1], mags[name][::-1]
+        if not bounds:
+            continue
+        result[name] = (torch.stack(bounds, 1), torch.stack(magnitudes, 1))
+    result["initial_state"] = (F[:, None, :].expand(H, K, V).clone(), Lam.abs())
+    return result
+
+
+def _l2norm_chain(
+    raw: torch.Tensor,
+    unit: torch.Tensor,
+    bound: torch.Tensor,
+    magnitude: torch.Tensor,
+    units: Units,
+    eps_k: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Carry a gradient bound through x̂ = x / sqrt(Σx² + eps): |J| B + (γ + 2ε) |J| M."""
+    r = torch.sqrt(raw.pow(2).sum(-1, keepdim=True) + L2NORM_EPS)  # [H, 1]
+
+    def J_abs(x: torch.Tensor) -> torch.Tensor:
+        return (x + unit.abs() * (unit.abs() * x).sum(-1, keepdim=True)) / r
+
+    chained_mag = J_abs(magnitude)
+    return J_abs(bound) + (units.gamma(raw.shape[-1] + 6) + 2 * eps_k) * chained_mag, chained_mag
+
+
+def backward_bounds(
+    problem: DeltaProblem,
+    recipe: DeltaRecipe,
+    *,
+    do: torch.Tensor,
+    d_final_state: torch.Tensor | None,
+) -> dict[str, TensorBound]:
+    """Return a `TensorBound` per gradient (``dq``, ``dk``, ``dv``, ``dbeta``, ``dg``, ...).
+
+    The recurrent recipe's bound is this module's; the chunk (WY) recipe's, through the
+    triangular inverse, is `linattn_verify.delta.chunk_gradient_bounds.chunk_backward_bounds`.
+    """
+    if recipe.form == "chunk":
+        from linattn_verify.delta.chunk_gradient_bounds import chunk_backward_bounds
+
+        return chunk_backward_bounds(problem, recipe, do=do, d_final_state=d_final_state)
+    units = Units.of(recipe, problem.q.dtype)
+    _, _, H, K, V = problem.shape
+    p = problem.to(torch.float64)
+    do64 = do.to(torch.float64)
+    exact = reference_gradients(problem, do, d_final_state)
+    pieces: dict[str, list[torch.Tensor]] = {}
+    mags: dict[str, list[torch.Tensor]] = {}
+    with torch.no_grad():
+        for n, b, start, end in p.sequences():
+            seq = sequence_inputs(p, n, b, start, end)
+            dS = (
+                torch.zeros(H, K, V, dtype=torch.float64)
+                if d_final_state is None or not problem.output_final_state
+                else d_final_state[n].to(torch.float64)
+            )
+            parts = _sequence(
+                seq,
+                p.q[b, start:end].transpose(0, 1),
+                p.k[b, start:end].transpose(0, 1),
+                do64[b, start:end].transpose(0, 1),
+                dS,
+                p.scale,
+                units,
+                p.l2norm_qk,
+            )
+            for name, (bound, mag) in parts.items():
+                pieces.setdefault(name, []).append(bound)
+                mags.setdefault(name, []).append(mag)
+    named: dict[str, TensorBound] = {}
+    for name, reference in exact.items():
+        if name == "initial_state":
+            bound = torch.stack(pieces[name])
+            magnitude = torch.stack(mags[name])
+        else:
+            bound = _tokens(pieces.get(name, []), reference)
+            magnitude = _tokens(mags.get(name, []), reference)
+            if name == "g" and not problem.vector_gate:
+                bound, magnitude = bound.sum(-1), magnitude.sum(-1)
+                bound = bound + units.gamma(K) * magnitude
+        # The gradient is returned in its input's dtype: one more rounding.
+        dtype = dtype_name(problem.inputs()[name].dtype)
+        stored = max(UNIT_ROUNDOFF.get(dtype, units.u), units.u)
+        bound = bound.reshape(reference.shape) + stored * reference.abs()
+        bound = bound + SMALLEST_SUBNORMAL.get(dtype, 0.0) / 2
+        named["d" + name] = TensorBound(
+            name="d" + name,
+            reference=reference,
+            bound=bound,
+            magnitude=magnitude.reshape(reference.shape),
+            count=torch.full_like(reference, float(K + V + 6)),
+            unit=units.acc,
+            verifiable=torch.ones_like(reference, dtype=torch.bool),
+        )
+    return named
+
+
+def _tokens(parts: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """Sequence pieces ``[H, L, ...]`` back to the token layout ``[B, T, H, ...]`` of ``like``."""
+    if not parts:
+        return torch.zeros_like(like)
+    flat = torch.cat([x.transpose(0, 1) for x in parts], 0)  # [ΣL, H, ...]
+    tail = flat.shape[2:]
+    B, T, H = like.shape[:3]
+    return flat.reshape(B, T, H, *tail) if tail else flat.reshape(B, T, H)
+
+
+__all__ = ["GRADIENTS", "backward_bounds", "reference_gradients"]

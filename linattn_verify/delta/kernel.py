@@ -1,0 +1,314 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""A delta-rule kernel under test: a callable in FLA's calling convention plus its declarations.
+
+The family's calling convention (flash-linear-attention's ``chunk_gated_delta_rule``,
+``chunk_kda``, ``chunk_delta_rule``):
+
+    o, final_state = fn(q, k, v, g, beta, *, scale, initial_state, output_final_state,
+                        cu_seqlens, use_qk_l2norm_in_kernel)
+
+``g`` is left out entirely by a kernel that declares no gate (DeltaNet:
+``fn(q, k, v, beta, ...)``), and passed (possibly `None`) by one that declares a gate. What the
+signature cannot say a kernel declares in `DeltaCapabilities`; how it rounds, in `DeltaRecipe`
+(docs/error-model.md §8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, get_args
+
+import torch
+
+from linattn_verify.delta.problem import DeltaProblem
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.recipe import UNIT_ROUNDOFF
+from linattn_verify.typing import DTYPE_NAMES, KERNEL_DTYPES, dtype_name
+
+DeltaGate = Literal["none", "scalar", "vector"]
+DELTA_GATES: tuple[DeltaGate, ...] = get_args(DeltaGate)
+DeltaForm = Literal["recurrent", "chunk"]
+
+UNIT_KEY_SLACK = 2.0**-6
+"""How far above 1 a key's squared norm may be where a kernel expects unit-norm keys.
+
+Keys normalised in bf16 by the caller have ||k||² within about K·2^-8 of 1; a kernel expecting
+unit keys is expected to stay stable for those. Beyond 1 + 2^-6 (and beta ||k||² > 2 in any case)
+the step is no longer a contraction the kernel can rely on: the case is out of its contract."""
+
+
+def gate_of(problem: DeltaProblem) -> DeltaGate:
+    """``"none"``, ``"scalar"`` or ``"vector"``: the shape of the problem's gate."""
+    if problem.g is None:
+        return "none"
+    return "vector" if problem.vector_gate else "scalar"
+
+
+@dataclass(frozen=True)
+class DeltaCapabilities:
+    """What a delta-rule kernel supports, as far as its signature cannot tell.
+
+    Attributes:
+        gates: Gate shapes it takes: ``"none"`` (no g argument accepted as `None`, or no g
+            argument at all when it is the only one), ``"scalar"`` (``[B, T, H]``, Gated
+            DeltaNet), ``"vector"`` (``[B, T, H, K]``, KDA). Default: `("none",)`.
+        l2norm_qk: Values of ``use_qk_l2norm_in_kernel`` it takes. Default: `(False, True)`.
+        negative_eigenvalues: Takes beta in [0, 2) (not only [0, 1]). Default: `True`.
+        unit_norm_keys: Expects unit-norm keys where it does not normalise them itself (every
+            FLA kernel is written for them): keys with ||k||² > 1 + `UNIT_KEY_SLACK` are outside
+            its contract. Default: `True`.
+        backward: Differentiable in q, k, v, beta, g and the initial state. Default: `True`.
+        varlen: Accepts ``cu_seqlens``. Default: `True`.
+        initial_state: Accepts ``initial_state``. Default: `True`.
+        final_state: Can return the final state. Default: `True`.
+        dtypes: Input dtypes it takes. Default: fp32, fp16, bf16.
+        max_head_dim: Largest K and V. Default: `256`.
+        min_head_dim: Smallest K and V. Default: `1`.
+        deterministic: Promises bit-identical reruns. Default: `True`.
+        chunk_sizes: Chunk sizes it accepts through ``chunk_size=``. Default: `()`.
+    """
+
+    gates: tuple[DeltaGate, ...] = ("none",)
+    l2norm_qk: tuple[bool, ...] = (False, True)
+    negative_eigenvalues: bool = True
+    unit_norm_keys: bool = True
+    backward: bool = True
+    varlen: bool = True
+    initial_state: bool = True
+    final_state: bool = True
+    dtypes: tuple[str, ...] = KERNEL_DTYPES
+    max_head_dim: int = 256
+    min_head_dim: int = 1
+    deterministic: bool = True
+    chunk_sizes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.gates or any(g not in DELTA_GATES for g in self.gates):
+            raise InvalidArgument(f"Got gates={self.gates!r}; each must be one of {DELTA_GATES}.")
+        if not self.l2norm_qk or any(not isinstance(x, bool) for x in self.l2norm_qk):
+            raise InvalidArgument(
+                f"Expected l2norm_qk to be a non-empty tuple of bools but got {self.l2norm_qk!r}."
+            )
+        if not self.dtypes or any(d not in DTYPE_NAMES for d in self.dtypes):
+            raise InvalidArgument(f"Got dtypes={self.dtypes!r}; each must be one of {DTYPE_NAMES}.")
+        if not (1 <= self.min_head_dim <= self.max_head_dim):
+            raise InvalidArgument(
+                f"Expected 1 <= min_head_dim <= max_head_dim but got {self.min_head_dim}, "
+                f"{self.max_head_dim}."
+            )
+
+    @property
+    def takes_g(self) -> bool:
+        """Whether ``g`` is one of its positional arguments (it declares a gate)."""
+        return any(g != "none" for g in self.gates)
+
+
+@dataclass(frozen=True)
+class DeltaRecipe:
+    """How a delta-rule kernel rounds, as far as its error bound is concerned.
+
+    docs/error-model.md §8 derives the bound from these. Every dtype below is a storage format
+    an intermediate is rounded to once where it is written (``"input"``: the input dtype; `None`:
+    kept in fp32 registers, no extra rounding).
+
+    Attributes:
+        form: ``"recurrent"`` (token by token) or ``"chunk"`` (the WY / UT chunk form).
+        chunk_size: C of the chunk form. Default: `64`.
+        accumulation: ``"ieee"`` (fp32 adds), ``"mma"`` (tensor-core accumulation, 2^-23) or
+            ``"float64"`` (a float64 computation). Default: `"ieee"`.
+        tf32: fp32 dot operands are rounded to tf32 (compiled on CUDA with Triton's default);
+            IEEE under the interpreter. Default: `False`.
+        inverse_dtype: What the per-chunk triangular inverse T = L^-1 is stored in.
+            Default: `None`.
+        intermediate_dtype: What W, U, the corrected values Vn and the in-kernel L2-normalised
+            q, k are stored in. Default: `None`.
+        state_dtype: What the chunk-boundary state is rounded to before the chunk's dots read it
+            (W S and Q S). The final state returned is fp32 either way. Default: `None`.
+        casts_on_path: Further roundings to ``intermediate_dtype`` a term meets beyond those
+            named above (for example beta·k cast before a dot). Default: `0`.
+    """
+
+    form: DeltaForm
+    chunk_size: int = 64
+    accumulation: Literal["ieee", "mma", "float64"] = "ieee"
+    tf32: bool = False
+    inverse_dtype: str | None = None
+    intermediate_dtype: str | None = None
+    state_dtype: str | None = None
+    casts_on_path: int = 0
+
+    def __post_init__(self) -> None:
+        if self.form not in get_args(DeltaForm):
+            raise InvalidArgument(
+                f"Got form={self.form!r}; it must be one of {get_args(DeltaForm)}."
+            )
+        if self.accumulation not in ("ieee", "mma", "float64"):
+            raise InvalidArgument(
+                f"Got accumulation={self.accumulation!r}; it must be 'ieee', 'mma' or 'float64'."
+            )
+        for name in ("inverse_dtype", "intermediate_dtype", "state_dtype"):
+            value = getattr(self, name)
+            if value not in (*UNIT_ROUNDOFF, "input", None):
+                raise InvalidArgument(
+                    f"Got {name}={value!r}; it must be one of {(*UNIT_ROUNDOFF, 'input', None)}."
+                )
+        for name in ("chunk_size", "casts_on_path"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgument(f"Got {name}={value!r}, but {name} must be an int >= 0.")
+        if self.chunk_size < 1:
+            raise InvalidArgument(f"Got chunk_size={self.chunk_size}, but it must be >= 1.")
+        if self.casts_on_path and self.intermediate_dtype is None:
+            raise InvalidArgument(
+                f"Got casts_on_path={self.casts_on_path} with intermediate_dtype=None; name the "
+                "dtype the intermediates are rounded to."
+            )
+
+    @property
+    def u(self) -> float:
+        """Unit roundoff of the arithmetic (fp32, or float64 for a float64 recipe)."""
+        return 2.0**-53 if self.accumulation == "float64" else 2.0**-24
+
+    @property
+    def u_acc(self) -> float:
+        """Unit roundoff of dot accumulation."""
+        return {"ieee": 2.0**-24, "mma": 2.0**-23, "float64": 2.0**-53}[self.accumulation]
+
+    @property
+    def u_operand(self) -> float:
+        """Relative error of one fp32 dot operand (tf32: 2^-11; IEEE: exact)."""
+        return 2.0**-11 if self.tf32 else 0.0
+
+    def u_storage(self, name: str, input_dtype: torch.dtype) -> float:
+        """Unit roundoff of the storage named by attribute ``name`` for inputs of this dtype.
+
+        0 where the intermediate stays in registers, or where its storage format is the
+        arithmetic's own (an fp32 store of an fp32 value rounds nothing).
+        """
+        value = getattr(self, name)
+        if value is None:
+            return 0.0
+        resolved = dtype_name(input_dtype) if value == "input" else value
+        unit = UNIT_ROUNDOFF[resolved]
+        return 0.0 if unit <= self.u else unit
+
+
+Recipe = DeltaRecipe | Callable[[torch.dtype], DeltaRecipe]
+
+
+@dataclass(frozen=True)
+class DeltaKernel:
+    """A delta-rule kernel under test.
+
+    Attributes:
+        name: Unique name, ``"<library>/<kernel>"`` (e.g. ``"fla/gated_delta_rule.chunk"``).
+        fn: The callable, in the family's calling convention (module docstring).
+        capabilities: What it supports.
+        recipe: Its precision recipe, fixed or as a function of the input dtype.
+        options: Extra keywords passed on every call (e.g. ``{"chunk_size": 32}``).
+        source: How to load it again where it is not registered (as `linattn_verify.kernel.
+            Kernel.source`). Default: `None`.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    capabilities: DeltaCapabilities
+    recipe: Recipe
+    options: Mapping[str, Any] = field(default_factory=dict)
+    source: Mapping[str, Any] | None = None
+
+    family = "delta"
+
+    @property
+    def form(self) -> DeltaForm:
+        """The algorithm of its recipe (for fp32 inputs: what reports name it by)."""
+        return self.precision_recipe(torch.float32).form
+
+    def precision_recipe(self, dtype: torch.dtype) -> DeltaRecipe:
+        """Return the recipe for inputs of ``dtype`` (a ``chunk_size=`` option overrides C)."""
+        recipe = self.recipe if isinstance(self.recipe, DeltaRecipe) else self.recipe(dtype)
+        chunk_size = self.options.get("chunk_size")
+        if isinstance(chunk_size, int) and not isinstance(chunk_size, bool):
+            recipe = replace(recipe, chunk_size=chunk_size)
+        return recipe
+
+    def with_options(self, name: str, **options: Any) -> DeltaKernel:
+        """Return this kernel with extra call keywords, under a new name."""
+        return replace(self, name=name, options={**self.options, **options})
+
+    def supports(self, problem: DeltaProblem) -> str | None:
+        """Return why ``problem`` is outside this kernel's capabilities, or `None`."""
+        cap = self.capabilities
+        _, _, _, K, V = problem.shape
+        dtype = dtype_name(problem.q.dtype)
+        gate = gate_of(problem)
+        checks = [
+            (dtype in cap.dtypes, f"dtype {dtype} not in {cap.dtypes}"),
+            (gate in cap.gates, f"gate {gate!r} not declared (gates={cap.gates})"),
+            (
+                problem.l2norm_qk in cap.l2norm_qk,
+                f"use_qk_l2norm_in_kernel={problem.l2norm_qk} not declared",
+            ),
+            (
+                cap.negative_eigenvalues or float(problem.beta.max()) <= 1,
+                "beta > 1 (negative eigenvalues) not declared",
+            ),
+            (problem.cu_seqlens is None or cap.varlen, "no varlen support"),
+            (problem.initial_state is None or cap.initial_state, "no initial-state support"),
+            (not problem.output_final_state or cap.final_state, "no final-state output"),
+            (
+                cap.min_head_dim <= min(K, V) and max(K, V) <= cap.max_head_dim,
+                f"head dims K={K}, V={V} outside [{cap.min_head_dim}, {cap.max_head_dim}]",
+            ),
+        ]
+        for ok, reason in checks:
+            if not ok:
+                return f"{self.name}: {reason}"
+        return None
+
+    def contract(self, problem: DeltaProblem) -> str | None:
+        """Return why ``problem`` is outside the kernel's numerical contract, or `None`.
+
+        A kernel expecting unit-norm keys (``unit_norm_keys``) is promised ||k_t||² <= 1 +
+        `UNIT_KEY_SLACK` for keys it does not normalise itself; a case breaking that is
+        ``out_of_contract``: judged for not crashing and for finite results only.
+        """
+        if not self.capabilities.unit_norm_keys or problem.l2norm_qk:
+            return None
+        norms = problem.k.double().pow(2).sum(-1)
+        worst = float(norms.max()) if norms.numel() else 0.0
+        if worst > 1 + UNIT_KEY_SLACK:
+            return (
+                f"{self.name} expects unit-norm keys (unit_norm_keys=True) but max ||k_t||² = "
+                f"{worst:.4g}"
+            )
+        return None
+
+    def call(self, problem: DeltaProblem) -> tuple[Any, Any]:
+        """Call the kernel on ``problem``'s tensors as they are (no copies, no casts)."""
+        cap = self.capabilities
+        p = problem
+        kwargs: dict[str, Any] = {
+            "scale": p.scale,
+            "initial_state": p.initial_state,
+            "output_final_state": p.output_final_state,
+            "use_qk_l2norm_in_kernel": p.l2norm_qk,
+            **self.options,
+        }
+        if cap.varlen or p.cu_seqlens is not None:
+            kwargs["cu_seqlens"] = None if p.cu_seqlens is None else p.cu_seqlens.to(p.q.device)
+        if cap.takes_g:
+            return self.fn(p.q, p.k, p.v, p.g, p.beta, **kwargs)  # type: ignore[no-any-return]
+        return self.fn(p.q, p.k, p.v, p.beta, **kwargs)  # type: ignore[no-any-return]
+
+
+__all__ = [
+    "DELTA_GATES",
+    "UNIT_KEY_SLACK",
+    "DeltaCapabilities",
+    "DeltaGate",
+    "DeltaKernel",
+    "DeltaRecipe",
+    "gate_of",
+]

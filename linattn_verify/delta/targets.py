@@ -1,0 +1,144 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""A third-party delta-rule kernel as ``check --family delta`` describes it, saved for replay."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from linattn_verify.delta.kernel import DeltaCapabilities, DeltaKernel, DeltaRecipe
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.targets import load_target, with_timeout
+
+
+@dataclass(frozen=True)
+class DeltaKernelSource:
+    """A delta-rule kernel named by ``module:function`` (or ``file.py:function``) and declared.
+
+    Attributes:
+        target: Where the function is (a relative file path is made absolute by `resolved`).
+        capabilities: What the user declared it supports.
+        recipe: How the user declared it rounds.
+        timeout: Seconds one call may take (0: no limit).
+    """
+
+    target: str
+    capabilities: DeltaCapabilities
+    recipe: DeltaRecipe
+    timeout: float = 60.0
+
+    family = "delta"
+
+    def resolved(self) -> DeltaKernelSource:
+        """This source with a file target's path made absolute (valid from any cwd)."""
+        where, sep, name = self.target.rpartition(":")
+        if not where.endswith(".py"):
+            return self
+        return replace(self, target=f"{Path(where).resolve()}{sep}{name}")
+
+    def load(self) -> DeltaKernel:
+        """Import the target (under the interpreter without CUDA) as a `DeltaKernel`.
+
+        Raises:
+            InvalidArgument: if the target cannot be loaded.
+        """
+        import torch
+
+        from linattn_verify import interpreter
+
+        if not torch.cuda.is_available():
+            interpreter.enable()
+        kernel = DeltaKernel(
+            name=self.target,
+            fn=load_target(self.target),
+            capabilities=self.capabilities,
+            recipe=self.recipe,
+            source=self.resolved().to_json(),
+        )
+        return with_timeout(kernel, self.timeout)  # type: ignore[arg-type, return-value]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (inverse: `from_json`)."""
+        return {
+            "family": self.family,
+            "target": self.target,
+            "capabilities": asdict(self.capabilities),
+            "recipe": asdict(self.recipe),
+            "timeout": self.timeout,
+        }
+
+    @classmethod
+    def from_json(cls, document: Any) -> DeltaKernelSource:
+        """Rebuild a source from `to_json`'s dict.
+
+        Raises:
+            InvalidArgument: if ``document`` is not such a dict.
+        """
+        try:
+            caps = dict(document["capabilities"])
+            for name in (f.name for f in fields(DeltaCapabilities)):
+                if isinstance(caps.get(name), list):
+                    caps[name] = tuple(caps[name])
+            return cls(
+                target=str(document["target"]),
+                capabilities=DeltaCapabilities(**caps),
+                recipe=DeltaRecipe(**dict(document["recipe"])),
+                timeout=float(document.get("timeout", 60.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidArgument):
+                raise
+            raise InvalidArgument(
+                f"Expected a delta kernel source (target, capabilities, recipe) but got "
+                f"{document!r}: {exc!r}."
+            ) from None
+
+
+def delta_source_from_args(args: Any, *, on_cuda: bool) -> DeltaKernelSource:
+    """The kernel ``check --family delta`` describes by its flags.
+
+    Raises:
+        InvalidArgument: naming the flag that does not fit the delta family.
+    """
+    if args.form not in ("recurrent", "chunk"):
+        raise InvalidArgument(
+            f"Got --form {args.form}, but a delta-rule kernel's recipe needs --form recurrent or "
+            "--form chunk (the error bound of the chunk form depends on its triangular inverse)."
+        )
+    dot = args.dot_precision or ("tf32" if on_cuda else "ieee")
+    if dot == "tf32x3":
+        raise InvalidArgument("Got --dot-precision tf32x3, which the delta family does not model.")
+
+    def storage(flag: str) -> str | None:
+        return None if flag == "none" else flag
+
+    recipe = DeltaRecipe(
+        form=args.form,
+        chunk_size=args.chunk_size,
+        accumulation="mma" if on_cuda and dot != "ieee" else "ieee",
+        tf32=dot == "tf32",
+        inverse_dtype=storage(args.inverse_dtype),
+        intermediate_dtype=storage(args.intermediate_dtype),
+        state_dtype=storage(args.state_dtype),
+        casts_on_path=0 if args.intermediate_dtype == "none" else args.casts,
+    )
+    capabilities = DeltaCapabilities(
+        gates=tuple(args.gates),
+        l2norm_qk={"both": (False, True), "on": (True,), "off": (False,)}[args.l2norm],
+        negative_eigenvalues=args.beta_max > 1,
+        unit_norm_keys=not args.any_key_norm,
+        backward=not args.no_backward,
+        varlen=args.varlen,
+        initial_state=not args.no_initial_state,
+        final_state=not args.no_final_state,
+        dtypes=tuple(args.dtypes),
+        max_head_dim=args.max_head_dim,
+        deterministic=not args.nondeterministic,
+    )
+    return DeltaKernelSource(
+        target=args.target, capabilities=capabilities, recipe=recipe, timeout=args.timeout
+    )
+
+
+__all__ = ["DeltaKernelSource", "delta_source_from_args"]

@@ -1,0 +1,223 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""What the delta-rule properties share: the prelude, the kernel runner, the verdict rules.
+
+A property reads: `prepare` (build the case, check the kernel supports it and that it lies in
+the kernel's contract), `run` (call the kernel on private copies of the inputs; an exception or
+a broken calling convention raises `linattn_properties._support.KernelFailure`), the
+comparisons (`linattn_verify.compare`), and `verdict`, which turns comparisons into the
+property's status, ``ill_conditioned`` included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from linattn_properties._support import KernelFailure
+from linattn_verify.compare import bitwise_mismatch, compare
+from linattn_verify.delta.bounds import forward_bounds
+from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
+from linattn_verify.delta.problem import DeltaProblem
+from linattn_verify.results import Comparison, PropertyResult, judged_status
+from linattn_verify.tolerance import TensorBound
+
+ILL_CONDITIONED_RATIO = 1.0
+"""A held comparison whose largest bound reaches this share of the tensor's largest value
+certifies no digit of it (docs/error-model.md §8.5): the case is ``ill_conditioned``."""
+
+
+@dataclass(frozen=True)
+class DeltaRun:
+    """What one kernel call produced (detached): o, the final state, gradients by input name."""
+
+    o: torch.Tensor
+    final_state: torch.Tensor | None
+    grads: dict[str, torch.Tensor] | None = None
+
+    def outputs(self) -> dict[str, torch.Tensor]:
+        """``o`` and, when returned, ``final_state``."""
+        named = {"o": self.o}
+        if self.final_state is not None:
+            named["final_state"] = self.final_state
+        return named
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A case ready for a property: the problem as the kernel receives it, and its recipe."""
+
+    property: str
+    case: Any
+    kernel: DeltaKernel
+    problem: DeltaProblem
+    recipe: DeltaRecipe
+
+    def not_applicable(self, reason: str) -> PropertyResult:
+        """The property says nothing about this case."""
+        return PropertyResult(
+            self.property, self.kernel.name, self.case.describe(), "not_applicable", reason=reason
+        )
+
+    def judged(
+        self, comparisons: Sequence[Comparison], *, findings: Sequence[str] = ()
+    ) -> PropertyResult:
+        """The property compared: `verdict` of its comparisons."""
+        return verdict(self.property, self.kernel, self.case, comparisons, findings=findings)
+
+
+def prepare(
+    prop: str, case: Any, kernel: DeltaKernel, *, backward: bool = False
+) -> Prepared | PropertyResult:
+    """Build ``case``; `not_applicable` if the kernel does not support it (or its backward)."""
+    problem = case.build()
+    reason = kernel.supports(problem)
+    if reason is None and backward and not kernel.capabilities.backward:
+        reason = f"{kernel.name}: no backward support"
+    if reason is not None:
+        return PropertyResult(prop, kernel.name, case.describe(), "not_applicable", reason=reason)
+    return Prepared(prop, case, kernel, problem, kernel.precision_recipe(problem.q.dtype))
+
+
+def run(
+    kernel: DeltaKernel,
+    problem: DeltaProblem,
+    *,
+    cotangents: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+) -> DeltaRun:
+    """Call ``kernel`` on private copies of ``problem``'s inputs; optionally run backward.
+
+    Raises:
+        KernelFailure: the kernel raised (forward or backward), returned something other than
+            ``(o [B, T, H, V] in the input dtype, S_T [N, H, K, V] floating or None)``, or
+            modified an input in place.
+    """
+    originals = problem.inputs()
+    backward = cotangents is not None
+    leaves = {n: x.detach().clone().requires_grad_(backward) for n, x in originals.items()}
+    p = replace(problem, **leaves)  # type: ignore[arg-type]
+    what = kernel.name
+    # Under the interpreter the kernel's arithmetic is numpy's, which warns where a GPU is silent.
+    try:
+        with np.errstate(all="ignore"), torch.set_grad_enabled(backward):
+            result = kernel.call(p)
+    except Exception as exc:  # the kernel under test may raise anything
+        raise KernelFailure(f"{what} raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        raise KernelFailure(f"{what} returned {type(result).__name__}, expected (o, final_state).")
+    o, final = result
+    wrong = _wrong_outputs(problem, o, final)
+    if wrong is not None:
+        raise KernelFailure(f"{what} {wrong}")
+    grads = None
+    if cotangents is not None:
+        do, dS = cotangents
+        try:
+            with np.errstate(all="ignore"):
+                loss = (o.float() * do.float()).sum()
+                if problem.output_final_state and dS is not None:
+                    loss = loss + (final.float() * dS.float()).sum()
+                values = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        except Exception as exc:
+            raise KernelFailure(f"{what} backward raised {type(exc).__name__}: {exc}") from None
+        grads = {
+            n: torch.zeros_like(leaves[n]) if gr is None else gr.detach()
+            for n, gr in zip(leaves, values, strict=True)
+        }
+    for name, x in originals.items():
+        if bool(bitwise_mismatch(leaves[name].detach(), x).any()):
+            raise KernelFailure(f"{what}: input {name} was modified in place")
+    final = final.detach() if problem.output_final_state else None
+    return DeltaRun(o.detach(), final, grads)
+
+
+def _wrong_outputs(problem: DeltaProblem, o: Any, final: Any) -> str | None:
+    B, T, H, K, V = problem.shape
+    if not isinstance(o, torch.Tensor):
+        return f"returned o of type {type(o).__name__}, expected a torch.Tensor"
+    if tuple(o.shape) != (B, T, H, V):
+        return f"returned o of shape {tuple(o.shape)}, expected [B, T, H, V] = {(B, T, H, V)}"
+    if o.dtype != problem.q.dtype:
+        return f"returned o of dtype {o.dtype}, expected the input dtype {problem.q.dtype}"
+    if not problem.output_final_state:
+        return None
+    expected = (problem.num_sequences, H, K, V)
+    if not isinstance(final, torch.Tensor):
+        return f"returned final state {type(final).__name__}, expected a tensor {expected}"
+    if tuple(final.shape) != expected:
+        return f"returned final state of shape {tuple(final.shape)}, expected {expected}"
+    if not final.dtype.is_floating_point:
+        return f"returned final state of dtype {final.dtype}, expected a floating dtype"
+    return None
+
+
+def bounds_of(kernel: DeltaKernel, problem: DeltaProblem) -> dict[str, TensorBound]:
+    """The forward bounds of ``problem`` under ``kernel``'s recipe."""
+    return forward_bounds(problem, kernel.precision_recipe(problem.q.dtype))
+
+
+def against_oracle(
+    run_: DeltaRun, bounds: dict[str, TensorBound], subject: str
+) -> list[Comparison]:
+    """Compare every output of ``run_`` with its oracle bound."""
+    return [compare(x, bounds[name], subject=subject) for name, x in run_.outputs().items()]
+
+
+def bound_ratio(tb: TensorBound) -> float:
+    """The share of its tensor's scale the worst bound spans, max B / max |x| (0 if empty)."""
+    if tb.reference.numel() == 0:
+        return 0.0
+    scale = float(tb.reference.abs().max())
+    worst = float(tb.bound.max())
+    return worst / scale if scale > 0 else (0.0 if worst == 0 else float("inf"))
+
+
+def verdict(
+    prop: str,
+    kernel: DeltaKernel,
+    case: Any,
+    comparisons: Sequence[Comparison],
+    *,
+    findings: Sequence[str] = (),
+    bounds: Sequence[TensorBound] = (),
+) -> PropertyResult:
+    """The property's result from its comparisons and findings.
+
+    Failed on any failed comparison or finding; ``ill_conditioned`` when it held but one of
+    ``bounds`` spans the whole scale of its tensor (`ILL_CONDITIONED_RATIO`; the reason gives
+    the amplification B / (u max|x|)): a pass there would certify nothing.
+    """
+    result = PropertyResult(
+        property=prop,
+        kernel=kernel.name,
+        case=case.describe(),
+        status=judged_status(comparisons, findings),
+        comparisons=tuple(comparisons),
+        reason="\n".join(findings) or None,
+    )
+    if result.status != "held":
+        return result
+    # A tensor whose every term is exactly 0 (M = 0) is exact, however small its bound.
+    blunt = [
+        tb
+        for tb in bounds
+        if bound_ratio(tb) >= ILL_CONDITIONED_RATIO
+        and tb.magnitude.numel()
+        and float(tb.magnitude.max()) > 0
+    ]
+    if not blunt:
+        return result
+    tb = max(blunt, key=bound_ratio)
+    scale = float(tb.reference.abs().max())
+    amplification = float(tb.bound.max()) / (tb.unit * scale) if scale > 0 else float("inf")
+    return replace(
+        result,
+        status="ill_conditioned",
+        reason=(
+            f"{tb.name}: the bound reaches {bound_ratio(tb):.3g}x the largest |value| "
+            f"(amplification B / (u max|x|) = {amplification:.3g}): no digit is certified"
+        ),
+    )

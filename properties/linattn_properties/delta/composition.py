@@ -1,0 +1,184 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""How runs of a delta-rule kernel compose: chunk sizes, split sequences, scaled (v, S_0).
+
+Chunk-size invariance and the state split are pairwise (two runs of one exact function agree
+within B_a + B_b, the split run's bound carrying the error of the state it was handed); linearity
+in (v, S_0) jointly is exact for a power-of-two scale, so it is judged bit for bit.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from linattn_properties._support import property_function
+from linattn_properties.delta._support import bounds_of, prepare, run, verdict
+from linattn_verify.compare import compare_bitwise
+from linattn_verify.compare.pairwise import Side, compare_pair
+from linattn_verify.delta.bounds import contraction
+from linattn_verify.delta.kernel import DeltaKernel
+from linattn_verify.delta.problem import l2norm
+from linattn_verify.results import Comparison, PropertyResult
+
+
+@property_function
+def chunk_size_invariant(case: Any, kernel: DeltaKernel) -> PropertyResult:
+    """Check that two declared chunk sizes give the same outputs, within B_C1 + B_C2.
+
+    Applies to kernels declaring at least two ``chunk_sizes``; the pair is drawn from the case's
+    seed, and each run is bounded with its own C.
+    """
+    prop = "chunk_size_invariant"
+    sizes = kernel.capabilities.chunk_sizes
+    case_ = prepare(prop, case, kernel)
+    if isinstance(case_, PropertyResult):
+        return case_
+    if len(sizes) < 2:
+        return case_.not_applicable(f"{kernel.name}: declares chunk_sizes={sizes}")
+    a, b = random.Random(case.seed).sample(sorted(sizes), 2)
+    ka = kernel.with_options(f"{kernel.name}[C={a}]", chunk_size=a)
+    kb = kernel.with_options(f"{kernel.name}[C={b}]", chunk_size=b)
+    run_a, run_b = run(ka, case_.problem), run(kb, case_.problem)
+    bounds_a, bounds_b = bounds_of(ka, case_.problem), bounds_of(kb, case_.problem)
+    comparisons = [
+        compare_pair(
+            name,
+            Side.of(ka.name, x, bounds_a[name]),
+            Side.of(kb.name, run_b.outputs()[name], bounds_b[name]),
+            bounds_a[name].reference,
+        )
+        for name, x in run_a.outputs().items()
+    ]
+    return verdict(prop, kernel, case, comparisons)
+
+
+@property_function
+def state_split_composes(case: Any, kernel: DeltaKernel) -> PropertyResult:
+    """Check that running [0, t) then [t, T) from the first part's state equals one run.
+
+    Without packed sequences: the first part's final state S_t (fp32, as returned) is the second
+    part's initial state. The second run's bound adds what an error E_t (per value column, the
+    first part's state bound) in its initial state can do: s ||q_s|| Π_{r<=s} ρ_r E_t on o_s and
+    Π ρ_r E_t on S_T (docs/error-model.md §8.1); o and S_T are judged pairwise against the
+    single run.
+    """
+    prop = "state_split_composes"
+    case_ = prepare(prop, case, kernel)
+    if isinstance(case_, PropertyResult):
+        return case_
+    whole = replace(case_.problem, output_final_state=True)
+    if whole.cu_seqlens is not None or whole.shape[1] < 2:
+        return case_.not_applicable("needs one unpacked sequence of at least two tokens per row")
+    if kernel.supports(whole) is not None:
+        return case_.not_applicable(str(kernel.supports(whole)))
+    T = whole.shape[1]
+    t = random.Random(case.seed).randrange(1, T)
+
+    def part(lo: int, hi: int, state: torch.Tensor | None) -> Any:
+        return replace(
+            whole,
+            q=whole.q[:, lo:hi],
+            k=whole.k[:, lo:hi],
+            v=whole.v[:, lo:hi],
+            beta=whole.beta[:, lo:hi],
+            g=None if whole.g is None else whole.g[:, lo:hi],
+            initial_state=state,
+        )
+
+    first = part(0, t, whole.initial_state)
+    first_run = run(kernel, first)
+    assert first_run.final_state is not None
+    carried = first_run.final_state.to(torch.float32)
+    second = part(t, T, carried)
+    second_run, whole_run = run(kernel, second), run(kernel, whole)
+    E_t = bounds_of(kernel, first)["final_state"].bound[:, :, 0, :]  # [B, H, V]
+    second_bounds, whole_bounds = bounds_of(kernel, second), bounds_of(kernel, whole)
+    # How far an initial-state error E_t can travel: Π ρ over the second part's tokens.
+    p = second.to(torch.float64)
+    keys = l2norm(p.k) if p.l2norm_qk else p.k
+    queries = l2norm(p.q) if p.l2norm_qk else p.q
+    g = None if p.g is None else p.g.transpose(1, 2)
+    rho = contraction(p.beta.transpose(1, 2), keys.transpose(1, 2), g).cumprod(-1)  # [B, H, L]
+    carried_o = p.scale * queries.norm(dim=-1).transpose(1, 2) * rho  # [B, H, L]
+    extra_o = (carried_o[..., None] * E_t[:, :, None, :]).transpose(1, 2)  # [B, L, H, V]
+    extra_S = (rho[..., -1, None] * E_t)[:, :, None, :]  # [B, H, 1, V]
+    o_side = Side(
+        "split run",
+        second_run.o,
+        second_bounds["o"].bound + extra_o,
+        second_bounds["o"].verifiable,
+    )
+    S_side = Side(
+        "split run",
+        second_run.final_state,  # type: ignore[arg-type]
+        second_bounds["final_state"].bound + extra_S,
+        second_bounds["final_state"].verifiable,
+    )
+    comparisons: list[Comparison] = [
+        compare_pair(
+            f"o[t>={t}]",
+            o_side,
+            Side(
+                "single run",
+                whole_run.o[:, t:],
+                whole_bounds["o"].bound[:, t:],
+                whole_bounds["o"].verifiable[:, t:],
+            ),
+            whole_bounds["o"].reference[:, t:],
+        ),
+        compare_pair(
+            "final_state",
+            S_side,
+            Side.of("single run", whole_run.final_state, whole_bounds["final_state"]),  # type: ignore[arg-type]
+            whole_bounds["final_state"].reference,
+        ),
+    ]
+    return verdict(prop, kernel, case, comparisons)
+
+
+@property_function
+def linear_in_values_and_state(case: Any, kernel: DeltaKernel) -> PropertyResult:
+    """Check o(2v, 2S_0) ≡ 2 o(v, S_0) and S_T likewise, bit for bit.
+
+    The delta rule is linear in (v, S_0) jointly (A_t depends on k, beta and g only), and a
+    factor of two is exact in floating point, so every rounding of the doubled run is the double
+    of the original's: elements whose value is subnormal (or zero) in either run, where doubling
+    is not exact, are not compared.
+    """
+    prop = "linear_in_values_and_state"
+    case_ = prepare(prop, case, kernel)
+    if isinstance(case_, PropertyResult):
+        return case_
+    if kernel.contract(case_.problem) is not None:
+        return case_.not_applicable(str(kernel.contract(case_.problem)))
+    problem = case_.problem
+    doubled = replace(
+        problem,
+        v=problem.v * 2,
+        initial_state=None if problem.initial_state is None else problem.initial_state * 2,
+    )
+    if not bool(torch.isfinite(doubled.v).all()):
+        return case_.not_applicable("2v overflows the input dtype")
+    base, twice = run(kernel, problem), run(kernel, doubled)
+    comparisons = []
+    for name, x in base.outputs().items():
+        y = twice.outputs()[name]
+        tiny = torch.finfo(x.dtype).tiny
+        inexact = (x.abs() < 2 * tiny) | (y.abs() < 2 * tiny)
+        comparisons.append(
+            compare_bitwise(
+                name,
+                y,
+                x * 2,
+                subject=kernel.name,
+                condition="with v and S_0 doubled (must be 2x the original)",
+                undefined=inexact,
+            )
+        )
+    return verdict(prop, kernel, case, comparisons)
+
+
+__all__ = ["chunk_size_invariant", "linear_in_values_and_state", "state_split_composes"]

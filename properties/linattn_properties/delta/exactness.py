@@ -1,0 +1,152 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""Exactness properties of the delta rule: causality, reruns, and beta = 0 (bit equality).
+
+Each is an identity of the arithmetic, not only of the mathematics: a correct kernel computes
+the same bits whatever the later tokens hold (masked terms are exact zeros), on every rerun
+(when it declares determinism), and, where beta = 0 and no decay applies, writes nothing (the
+correction β e is an exact 0, so S + k 0^T is S).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from linattn_properties._support import nan_poisoned_allocations, property_function
+from linattn_properties.causality import _cut, future_mask
+from linattn_properties.delta._support import against_oracle, bounds_of, prepare, run, verdict
+from linattn_verify.compare import compare_bitwise
+from linattn_verify.delta.kernel import UNIT_KEY_SLACK, DeltaKernel
+from linattn_verify.delta.problem import DeltaProblem
+from linattn_verify.results import PropertyResult
+
+
+def _fresh_future(problem: DeltaProblem, mask: torch.Tensor, seed: int) -> DeltaProblem:
+    """Replace q, k, v, beta and g at the masked tokens by fresh valid values."""
+    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
+
+    def where(x: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        m = mask.reshape(*mask.shape, *([1] * (x.ndim - 2))).to(x.device)
+        return torch.where(m, new.to(x.device, x.dtype), x)
+
+    k_new = torch.randn(problem.k.shape, generator=gen, dtype=torch.float64)
+    if not problem.l2norm_qk:
+        # Unit keys, shrunk a little so that rounding keeps them inside a unit-key contract.
+        k_new = k_new / k_new.norm(dim=-1, keepdim=True) * (1 - UNIT_KEY_SLACK / 2)
+    top = 1.0 if float(problem.beta.max()) <= 1 else 1.99
+    g = problem.g
+    if g is not None:
+        g = where(g, -10.0 * torch.rand(g.shape, generator=gen, dtype=torch.float64))
+    return replace(
+        problem,
+        q=where(problem.q, 3 * torch.randn(problem.q.shape, generator=gen, dtype=torch.float64)),
+        k=where(problem.k, k_new),
+        v=where(problem.v, 5 * torch.randn(problem.v.shape, generator=gen, dtype=torch.float64)),
+        beta=where(problem.beta, top * torch.rand(problem.beta.shape, generator=gen)),
+        g=g,
+    )
+
+
+@property_function
+def causal_outputs_exact(case: Any, kernel: DeltaKernel) -> PropertyResult:
+    """Check that o at positions <= t does not depend on inputs after t, bit for bit.
+
+    For a cut t (drawn from the case's seed) and inputs x' equal to x at every sequence-local
+    position <= t (q, k, v, beta, g replaced by fresh valid values after it, keys unit-norm):
+    o(x')_s ≡ o(x)_s for every s <= t (≡: bit-identical, NaN equal to NaN). A steep fresh gate
+    after the cut catches exp of an unmasked gate difference (inf · 0 = NaN in the past rows).
+    """
+    prop = "causal_outputs_exact"
+    case_ = prepare(prop, case, kernel)
+    if isinstance(case_, PropertyResult):
+        return case_
+    if not kernel.capabilities.deterministic:
+        return case_.not_applicable(f"{kernel.name}: not deterministic (bitwise reruns differ)")
+    problem = case_.problem
+    t = _cut(problem, case.seed)  # type: ignore[arg-type]
+    if t is None:
+        return case_.not_applicable("no sequence has a position after the cut (T <= 1)")
+    mask = future_mask(problem, t)  # type: ignore[arg-type]
+    base = run(kernel, problem)
+    other = run(kernel, _fresh_future(problem, mask, case.seed))
+    past = (~mask)[..., None, None].to(base.o.device)
+    o2 = torch.where(past, other.o, base.o)
+    comparison = compare_bitwise(
+        f"o[t<={t}]",
+        o2,
+        base.o,
+        subject=kernel.name,
+        condition=f"after changing the inputs at positions > t={t}",
+    )
+    return case_.judged([comparison])
+
+
+@property_function
+def contract_holds(case: Any, kernel: DeltaKernel) -> PropertyResult:
+    """Check the calling convention under NaN-poisoned allocations, and bitwise reruns.
+
+    The kernel runs twice with `torch.empty` returning NaN-filled memory (a read of
+    uninitialised memory shows as NaN where the oracle is finite) and its inputs must come back
+    unchanged (`run` checks); o and S_T must be within the oracle's bound, and, for a kernel
+    declaring determinism, the two runs bit-identical.
+    """
+    prop = "contract_holds"
+    case_ = prepare(prop, case, kernel)
+    if isinstance(case_, PropertyResult):
+        return case_
+    if kernel.contract(case_.problem) is not None:
+        return case_.not_applicable(str(kernel.contract(case_.problem)))
+    with nan_poisoned_allocations():
+        first = run(kernel, case_.problem)
+        second = run(kernel, case_.problem)
+    bounds = bounds_of(kernel, case_.problem)
+    comparisons = against_oracle(first, bounds, kernel.name)
+    if kernel.capabilities.deterministic:
+        comparisons += [
+            compare_bitwise(name, x, first.outputs()[name], subject=kernel.name, condition="rerun")
+            for name, x in second.outputs().items()
+        ]
+    return verdict(prop, kernel, case, comparisons, bounds=list(bounds.values()))
+
+
+@property_function
+def zero_beta_keeps_state(case: Any, kernel: DeltaKernel) -> PropertyResult:
+    """Check that beta = 0 writes nothing: S_T ≡ S_0 bit for bit where nothing decays.
+
+    With every beta_t = 0 and no decay (g absent, or g = 0 for a kernel that needs a gate),
+    S_t = S_{t-1} + k_t (0 · e_t)^T = S_{t-1} exactly in any arithmetic, so the final state of
+    every sequence is its initial state (0 without one) bit for bit, and o_t = s S_0^T q_t within
+    the oracle's bound.
+    """
+    prop = "zero_beta_keeps_state"
+    built = case.build()
+    g = None if built.g is None else torch.zeros_like(built.g)
+    problem = replace(built, beta=torch.zeros_like(built.beta), g=g, output_final_state=True)
+    reason = kernel.supports(problem)
+    if reason is not None:
+        return PropertyResult(prop, kernel.name, case.describe(), "not_applicable", reason=reason)
+    result = run(kernel, problem)
+    assert result.final_state is not None
+    H, K, V = problem.shape[2], problem.shape[3], problem.shape[4]
+    initial = (
+        torch.zeros(problem.num_sequences, H, K, V)
+        if problem.initial_state is None
+        else problem.initial_state
+    )
+    bounds = bounds_of(kernel, problem)
+    comparisons = [
+        *against_oracle(replace(result, final_state=None), bounds, kernel.name),
+        compare_bitwise(
+            "final_state",
+            result.final_state.to(torch.float64),
+            initial.to(torch.float64),
+            subject=kernel.name,
+            condition="beta = 0 (S_T must be S_0)",
+        ),
+    ]
+    return verdict(prop, kernel, case, comparisons, bounds=[bounds["o"]])
+
+
+__all__ = ["causal_outputs_exact", "contract_holds", "zero_beta_keeps_state"]

@@ -1,0 +1,65 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""``linattn-verify check --family delta``: a delta-rule kernel given by ``file.py:function``.
+
+The family's flags declare the kernel (gates, L2 norm, beta range, recipe); a broken kernel is
+rejected with a replayable finding, a correct one holds, and flags that do not describe a
+delta-rule kernel are usage errors (exit 2) naming the flag.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from linattn_verify.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+
+TARGETS = Path(__file__).parents[1] / "zoo" / "delta_cli_targets.py"
+EVERYTHING = ["--family", "delta", "--gates", "none,scalar,vector", "--varlen"]
+SEARCH = ["--max-seq-len", "24", "--max-head-dim", "8", "--seed", "0", "--no-render"]
+
+
+def _check(target: str, flags: list[str], report: Path) -> tuple[int, dict]:
+    code = main(["check", f"{TARGETS}:{target}", *flags, *SEARCH, "--report", str(report)])
+    return code, json.loads((report / "run.json").read_text())
+
+
+def test_a_correct_chunk_kernel_holds_every_property(tmp_path: Path) -> None:
+    flags = [*EVERYTHING, "--form", "chunk", "--chunk-size", "16", "--budget", "8"]
+    code, document = _check("twin_chunk", flags, tmp_path)
+    assert code == EXIT_OK, document["failures"]
+    (kernel,) = document["kernels"]
+    assert kernel["family"] == "delta"
+    statuses = {v["property"]: v["status"] for v in document["verdicts"]}
+    assert "zero_beta_keeps_state" in statuses
+    assert set(statuses.values()) <= {"held", "not_applicable"}
+    assert statuses["gradients_match_oracle"] == "held"
+
+
+def test_a_state_kept_in_bf16_is_found_and_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = [*EVERYTHING, "--form", "recurrent", "--budget", "20", "--fail-fast"]
+    code, document = _check("state_bf16", flags, tmp_path)
+    assert code == EXIT_FAILED
+    (failure, *_) = document["failures"]
+    assert "not close to the float64 oracle" in failure["message"]
+    replay = failure["replay"].removeprefix("linattn-verify replay ")
+    capsys.readouterr()
+    assert main(["replay", replay]) == EXIT_FAILED
+    assert "Reproduces" in capsys.readouterr().out
+
+
+def test_a_delta_kernel_needs_its_form(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["check", f"{TARGETS}:twin_chunk", "--family", "delta", "--budget", "1"])
+    assert code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--form recurrent or --form chunk" in err
+
+
+def test_an_unknown_family_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["check", f"{TARGETS}:twin_chunk", "--family", "nope"])
+    assert exc.value.code == EXIT_USAGE
+    assert "--family" in capsys.readouterr().err
