@@ -266,7 +266,15 @@ def _chunk_recipe(
 
 
 def _recurrent_recipe(*, l2norm_stored: bool) -> DeltaRecipe:
-    return DeltaRecipe(form="recurrent", intermediate_dtype="input" if l2norm_stored else None)
+    # fused_recurrent_delta_rule's forward also stores u = v - S'^T k in the input dtype
+    # (``fused_recurrent.py:86``, ``u = torch.empty_like(v)``); its backward recomputes the
+    # states from u and stores the dk, dv partials between its two loops (``:188-189``,
+    # reloaded at ``:235-236``): the same stored intermediates (`stored_corrections`).
+    return DeltaRecipe(
+        form="recurrent",
+        intermediate_dtype="input" if l2norm_stored else None,
+        stored_corrections=l2norm_stored,
+    )
 
 
 FLA_DELTA_KERNEL_NAMES: tuple[str, ...] = tuple(

@@ -9,8 +9,10 @@ with A_t^T Λ = D_t Λ'_t, Λ'_t = (I - β_t k_t k_t^T) Λ_t (the adjoint of S'_
 ||A_t^T||_2 = ||A_t||_2 <= ρ_t, so a computed adjoint's column errors F_t obey the forward
 model's running bound backward: F_{t-1} <= ρ_t F_t + ||δΛ_{t-1}[:, j]||_2 with
 
-    |δΛ_{t-1}| <= γ_{K+6} (D |Λ_t| + D β |k| (|k|^T |Λ_t|) + s |q_{t-1}| |do_{t-1}|^T)
-                  + ε_d D |Λ'_t|.
+    |δΛ_{t-1}| <= γ_{K+6} (D |Λ_t| + D β |k| (|k|^T |Λ_t|)) + ε_d D |Λ'_t|
+                  + (γ_{K+6} + ε_q) s |q_{t-1}| |do_{t-1}|^T
+
+(ε_q: the relative error of an in-kernel L2-normalised q).
 
 Per token, with e_t = v_t - S'^T_t k_t, the gradients and their first-order bounds (the kernel's
 recomputed states err by the forward bound E_t per column; σ' = max d_t E_{t-1} + ε_d |S'| bounds
@@ -31,6 +33,12 @@ the error of S'_t, δe_j = ||k|| max d E_{t-1,j} + (γ_{K+1} + ε_d + ε_k) (|v_
 where m is each formula's magnitude (the same sum on absolute values). With the in-kernel L2
 norm the gradient of the raw x = q or k is J (dx̂) with J = (I - x̂ x̂^T) / r, r = sqrt(Σx² +
 eps): its bound is |J| (the bound of dx̂) + (γ_{K+6} + 2 ε_k) |J| |dx̂| with |J| <= (I + |x̂||x̂|^T)/r.
+
+With `DeltaRecipe.stored_corrections` (FLA's fused recurrent DeltaNet) the backward recomputes
+S_t = S_0 + Σ_{j<=t} k_j û_j^T from the corrections û_j = β_j e_j stored in the intermediate
+dtype (no decay in that kernel) and stores its dk and dv partials there: S_t then errs by
+(γ_{t+2} + u_I) (|S_0| + Σ_{j<=t} |k_j| |û_j|) (a plain sum, not the contracting recurrence),
+which dq and dk's correction -β S_{t-1} Λ^T k read, and dk and dβ carry 2 u_I m and u_I m more.
 
 The reference gradients are float64 autograd through the recurrent oracle.
 """
@@ -81,8 +89,12 @@ def _sequence(
     scale: float,
     units: Units,
     l2norm_qk: bool,
+    stored: bool = False,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Bounds and magnitudes of one sequence's gradients (heads first), by input name."""
+    """Bounds and magnitudes of one sequence's gradients (heads first), by input name.
+
+    ``stored``: the recipe's `DeltaRecipe.stored_corrections` (module docstring).
+    """
     H, L, K = seq.q.shape
     V = seq.v.shape[-1]
     eps_k = units.l2norm(K, l2norm_qk)
@@ -104,6 +116,7 @@ def _sequence(
     S = seq.S0
     E = S.new_zeros(H, V)
     Sp_all, S_all, E_prev, E_all, S_prev = [], [], [], [], []
+    summed: list[torch.Tensor] = []
     # e^g that is subnormal in fp32 errs by 2^-150 absolutely (0 without a gate).
     under_d = 0.0 if seq.g is None else units.under
     for t in range(L):
@@ -120,6 +133,8 @@ def _sequence(
             + (K + 6) * units.under
         )
         E_prev.append(E)
+        # |S_0| + Σ_{j<=t} |k_j| |β_j e_j|: the terms of S_t recomputed from the corrections.
+        summed.append((summed[-1] if summed else S_before.abs()) + (kt * (S - Sp)).abs())
         E = rho[:, t, None] * E + local.norm(dim=1)
         Sp_all.append(Sp)
         S_prev.append(S_before)
@@ -129,7 +144,8 @@ def _sequence(
     Lam, F = dS_T, dS_T.new_zeros(H, V)
     if L:
         last = scale * q[:, L - 1, :, None] * do[:, L - 1, None, :]
-        Lam, F = Lam + last, g(3) * last.abs().norm(dim=1)
+        # s q do^T: the scale's rounding and the multiply, and an in-kernel normalised q's ε.
+        Lam, F = Lam + last, (g(3) + eps_k) * last.abs().norm(dim=1)
     out: dict[str, list[torch.Tensor]] = {n: [] for n in ("q", "k", "v", "beta", "g")}
     mags: dict[str, list[torch.Tensor]] = {n: [] for n in ("q", "k", "v", "beta", "g")}
     for t in reversed(range(L)):
@@ -179,6 +195,24 @@ def _sequence(
         Lam_p_terms = Lam.abs() + bt[:, :, None] * kt.abs()[:, :, None] * lam_k_mag[:, None, :]
         dg_mag = (Sp.abs() * Lam_p_terms).sum(-1)  # [H, K]
         dg_b = (sigma * Lam_p.abs() + Sp.abs() * dLam_p).sum(-1) + g(V + K + 4) * dg_mag
+        if stored:
+            # States recomputed from the stored corrections û_j: each errs by u_I |û_j|, the
+            # sum by γ_{t+2}; dk's partial (Λ e β, from û) and dβ (dv · û) are read back from
+            # u_I storage, and dk's correction reads the stored dv against S_{t-1}.
+            u_I = units.inter
+            recomputed = (g(t + 2) + u_I) * summed[t]
+            before = (g(t + 2) + u_I) * (summed[t - 1] if t else S_prev[0].abs())
+            dq_b = dq_b + scale * (recomputed * do_t.abs()[:, None, :]).sum(-1)
+            dk_b = (
+                dk_b
+                + 2 * u_I * dk_mag
+                + bt
+                * (
+                    (before * lam_k_mag[:, None, :]).sum(-1)
+                    + u_I * (S_prev[t].abs() * lam_k_mag[:, None, :]).sum(-1)
+                )
+            )
+            db_b = db_b + u_I * db_mag
         if l2norm_qk:
             dq_b, dq_mag = _l2norm_chain(raw_q[:, t], q[:, t], dq_b, dq_mag, units, eps_k)
             dk_b, dk_mag = _l2norm_chain(raw_k[:, t], kt, dk_b, dk_mag, units, eps_k)
@@ -205,7 +239,7 @@ def _sequence(
         if t:
             outer = scale * q[:, t - 1, :, None] * do[:, t - 1, None, :]
             Lam = Lam + outer
-            local = local + g(K + 6) * outer.abs()
+            local = local + (g(K + 6) + eps_k) * outer.abs()
         F = rho[:, t, None] * F + local.norm(dim=1)
     result: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for name in out:
@@ -275,6 +309,7 @@ def backward_bounds(
                 p.scale,
                 units,
                 p.l2norm_qk,
+                stored=recipe.stored_corrections,
             )
             for name, (bound, mag) in parts.items():
                 pieces.setdefault(name, []).append(bound)

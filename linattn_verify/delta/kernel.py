@@ -127,6 +127,11 @@ class DeltaRecipe:
             (W S and Q S). The final state returned is fp32 either way. Default: `None`.
         casts_on_path: Further roundings to ``intermediate_dtype`` a term meets beyond those
             named above (for example beta·k cast before a dot). Default: `0`.
+        stored_corrections: (recurrent form) The backward does not run the adjoint recurrence
+            on recomputed states alone: it recomputes S_t = S_0 + Σ_j k_j u_j^T from the
+            corrections u_j = β_j e_j the forward stored in ``intermediate_dtype``, and stores
+            the dk and dv partial sums there between its two passes (FLA's
+            ``fused_recurrent_delta_rule``). Default: `False`.
     """
 
     form: DeltaForm
@@ -137,6 +142,7 @@ class DeltaRecipe:
     intermediate_dtype: str | None = None
     state_dtype: str | None = None
     casts_on_path: int = 0
+    stored_corrections: bool = False
 
     def __post_init__(self) -> None:
         if self.form not in get_args(DeltaForm):
