@@ -125,9 +125,7 @@ from linattn_verify.delta.reference import (
     DeltaSequence,
     forward_substitution_inverse,
     pair_weights,
-    sequence_inputs,
 )
-from linattn_verify.recipe import UNIT_ROUNDOFF
 from linattn_verify.tolerance import TensorBound
 from linattn_verify.typing import dtype_name
 
@@ -589,64 +587,24 @@ def chunk_backward_bounds(
         ``dq``, ``dk``, ``dv``, ``dbeta``, ``dg`` and ``dinitial_state`` where the input exists:
         the float64 autograd reference, the bound B and the magnitude.
     """
-    from linattn_verify.delta.gradient_bounds import _tokens, reference_gradients
+    from linattn_verify.delta.gradient_bounds import assemble_gradient_bounds
 
     units = Units.of(recipe, problem.q.dtype)
-    _, _, H, K, V = problem.shape
-    p = problem.to(torch.float64)
-    do64 = do.to(torch.float64)
-    exact = reference_gradients(problem, do, d_final_state)
-    pieces: dict[str, list[torch.Tensor]] = {}
-    mags: dict[str, list[torch.Tensor]] = {}
-    with torch.no_grad():
-        for n, b, start, end in p.sequences():
-            seq = sequence_inputs(p, n, b, start, end)
-            dS = (
-                torch.zeros(H, K, V, dtype=torch.float64)
-                if d_final_state is None or not problem.output_final_state
-                else d_final_state[n].to(torch.float64)
-            )
-            parts = _sequence(
-                seq,
-                p.q[b, start:end].transpose(0, 1),
-                p.k[b, start:end].transpose(0, 1),
-                do64[b, start:end].transpose(0, 1),
-                dS,
-                p.scale,
-                units,
-                recipe.chunk_size,
-                p.l2norm_qk,
-                storage_floors(recipe, problem.q.dtype),
-            )
-            for name, (bound, mag) in parts.items():
-                pieces.setdefault(name, []).append(bound)
-                mags.setdefault(name, []).append(mag)
-    named: dict[str, TensorBound] = {}
-    count = float(max(rounding_counts(K, V, recipe.chunk_size).values()))
-    for name, reference in exact.items():
-        if name == "initial_state":
-            bound = torch.stack(pieces[name])
-            magnitude = torch.stack(mags[name])
-        else:
-            bound = _tokens(pieces.get(name, []), reference)
-            magnitude = _tokens(mags.get(name, []), reference)
-            if name == "g" and not problem.vector_gate:
-                # The sum over K is inside N (3K): no further term.
-                bound, magnitude = bound.sum(-1), magnitude.sum(-1)
-        dtype = dtype_name(problem.inputs()[name].dtype)
-        stored = max(UNIT_ROUNDOFF.get(dtype, units.u), units.u)
-        bound = bound.reshape(reference.shape) + stored * reference.abs()
-        bound = bound + SMALLEST_SUBNORMAL.get(dtype, 0.0) / 2
-        named["d" + name] = TensorBound(
-            name="d" + name,
-            reference=reference,
-            bound=bound,
-            magnitude=magnitude.reshape(reference.shape),
-            count=torch.full_like(reference, count),
-            unit=units.acc,
-            verifiable=torch.ones_like(reference, dtype=torch.bool),
+    _, _, _, K, V = problem.shape
+    floors = storage_floors(recipe, problem.q.dtype)
+
+    def one(
+        seq: DeltaSequence, q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, dS: torch.Tensor
+    ) -> dict[str, Any]:
+        return _sequence(
+            seq, q, k, do, dS, problem.scale, units, recipe.chunk_size, problem.l2norm_qk, floors
         )
-    return named
+
+    # A scalar gate's sum over K is inside its count N (3K): no further term.
+    count = float(max(rounding_counts(K, V, recipe.chunk_size).values()))
+    return assemble_gradient_bounds(
+        problem, units, do, d_final_state, one, count=count, gate_sum=0.0
+    )
 
 
 __all__ = ["ChunkInputs", "chunk_backward_bounds", "chunk_inputs"]

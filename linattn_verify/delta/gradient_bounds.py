@@ -45,7 +45,9 @@ The reference gradients are float64 autograd through the recurrent oracle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -269,6 +271,11 @@ def _l2norm_chain(
     return J_abs(bound) + (units.gamma(raw.shape[-1] + 6) + 2 * eps_k) * chained_mag, chained_mag
 
 
+SequenceGradients = Callable[..., dict[str, tuple[torch.Tensor, torch.Tensor]]]
+"""One sequence's gradient bounds and magnitudes by input name, heads first, from ``(seq, raw q,
+raw k, do, dS_T)`` (float64, heads first)."""
+
+
 def backward_bounds(
     problem: DeltaProblem,
     recipe: DeltaRecipe,
@@ -286,6 +293,36 @@ def backward_bounds(
 
         return chunk_backward_bounds(problem, recipe, do=do, d_final_state=d_final_state)
     units = Units.of(recipe, problem.q.dtype)
+    _, _, _, K, V = problem.shape
+
+    def one(
+        seq: DeltaSequence, q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, dS: torch.Tensor
+    ) -> dict[str, Any]:
+        stored = recipe.stored_corrections
+        return _sequence(seq, q, k, do, dS, problem.scale, units, problem.l2norm_qk, stored)
+
+    # A scalar gate's dg sums the per-dimension terms: K more roundings.
+    return assemble_gradient_bounds(
+        problem, units, do, d_final_state, one, count=K + V + 6, gate_sum=units.gamma(K)
+    )
+
+
+def assemble_gradient_bounds(
+    problem: DeltaProblem,
+    units: Units,
+    do: torch.Tensor,
+    d_final_state: torch.Tensor | None,
+    one_sequence: SequenceGradients,
+    *,
+    count: float,
+    gate_sum: float,
+) -> dict[str, TensorBound]:
+    """Run ``one_sequence`` on every sequence and assemble the `TensorBound` of each gradient.
+
+    The reference is float64 autograd of the oracle; each bound gets the rounding of the
+    gradient to its input's dtype (u |ref| and half the smallest subnormal); a scalar gate's
+    dg is the sum over K of the per-dimension pieces, charged ``gate_sum`` of its magnitude.
+    """
     _, _, H, K, V = problem.shape
     p = problem.to(torch.float64)
     do64 = do.to(torch.float64)
@@ -294,22 +331,17 @@ def backward_bounds(
     mags: dict[str, list[torch.Tensor]] = {}
     with torch.no_grad():
         for n, b, start, end in p.sequences():
-            seq = sequence_inputs(p, n, b, start, end)
             dS = (
                 torch.zeros(H, K, V, dtype=torch.float64)
                 if d_final_state is None or not problem.output_final_state
                 else d_final_state[n].to(torch.float64)
             )
-            parts = _sequence(
-                seq,
+            parts = one_sequence(
+                sequence_inputs(p, n, b, start, end),
                 p.q[b, start:end].transpose(0, 1),
                 p.k[b, start:end].transpose(0, 1),
                 do64[b, start:end].transpose(0, 1),
                 dS,
-                p.scale,
-                units,
-                p.l2norm_qk,
-                stored=recipe.stored_corrections,
             )
             for name, (bound, mag) in parts.items():
                 pieces.setdefault(name, []).append(bound)
@@ -324,7 +356,7 @@ def backward_bounds(
             magnitude = _tokens(mags.get(name, []), reference)
             if name == "g" and not problem.vector_gate:
                 bound, magnitude = bound.sum(-1), magnitude.sum(-1)
-                bound = bound + units.gamma(K) * magnitude
+                bound = bound + gate_sum * magnitude
         # The gradient is returned in its input's dtype: one more rounding.
         dtype = dtype_name(problem.inputs()[name].dtype)
         stored = max(UNIT_ROUNDOFF.get(dtype, units.u), units.u)
@@ -335,7 +367,7 @@ def backward_bounds(
             reference=reference,
             bound=bound,
             magnitude=magnitude.reshape(reference.shape),
-            count=torch.full_like(reference, float(K + V + 6)),
+            count=torch.full_like(reference, float(count)),
             unit=units.acc,
             verifiable=torch.ones_like(reference, dtype=torch.bool),
         )
@@ -352,4 +384,4 @@ def _tokens(parts: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
     return flat.reshape(B, T, H, *tail) if tail else flat.reshape(B, T, H)
 
 
-__all__ = ["GRADIENTS", "backward_bounds", "reference_gradients"]
+__all__ = ["GRADIENTS", "assemble_gradient_bounds", "backward_bounds", "reference_gradients"]

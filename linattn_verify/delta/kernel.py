@@ -165,6 +165,14 @@ class DeltaRecipe:
                 raise InvalidArgument(f"Got {name}={value!r}, but {name} must be an int >= 0.")
         if self.chunk_size < 1:
             raise InvalidArgument(f"Got chunk_size={self.chunk_size}, but it must be >= 1.")
+        if self.stored_corrections and (
+            self.form != "recurrent" or self.intermediate_dtype is None
+        ):
+            raise InvalidArgument(
+                f"Got stored_corrections=True with form={self.form!r}, intermediate_dtype="
+                f"{self.intermediate_dtype!r}; it describes a recurrent backward that stores its "
+                "corrections in intermediate_dtype (name it)."
+            )
         if self.casts_on_path and self.intermediate_dtype is None:
             raise InvalidArgument(
                 f"Got casts_on_path={self.casts_on_path} with intermediate_dtype=None; name the "

@@ -112,10 +112,11 @@ def delta_recurrent(problem: DeltaProblem) -> tuple[torch.Tensor, torch.Tensor |
     """
     require_delta_problem(problem)
     p = problem.to(torch.float64)
-    return assemble(p, lambda seq: _recurrent(seq, p.scale))
+    return assemble(p, lambda seq: recurrent_sequence(seq, p.scale))
 
 
-def _recurrent(seq: DeltaSequence, scale: float) -> SequenceResult:
+def recurrent_sequence(seq: DeltaSequence, scale: float) -> SequenceResult:
+    """Return o ``[L, H, V]`` and S_L of one sequence, token by token, in its own dtype."""
     H, L, _ = seq.q.shape
     S = seq.S0  # [H, K, V]
     sq = scale * seq.q
@@ -251,6 +252,7 @@ __all__ = [
     "delta_recurrent",
     "forward_substitution_inverse",
     "pair_weights",
+    "recurrent_sequence",
     "require_delta_problem",
     "sequence_inputs",
 ]

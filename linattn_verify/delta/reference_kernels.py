@@ -31,6 +31,7 @@ from linattn_verify.delta.reference import (
     assemble,
     forward_substitution_inverse,
     pair_weights,
+    recurrent_sequence,
 )
 from linattn_verify.errors import InvalidArgument
 
@@ -93,26 +94,6 @@ def float32_problem(
     )
     problem = replace(checked, q=q, k=k, v=v, beta=beta, g=g, initial_state=initial_state)
     return problem.to(F32), problem.q.dtype
-
-
-def _recurrent_sequence(seq: DeltaSequence, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return o ``[L, H, V]`` and S_L ``[H, K, V]`` of one fp32 sequence, token by token."""
-    H, L, _ = seq.q.shape
-    S = seq.S0  # [H, K, V]
-    sq = scale * seq.q
-    decay = None if seq.g is None else torch.exp(seq.g)  # [H, L] or [H, L, K]
-    outputs = []
-    for t in range(L):
-        if decay is not None:
-            d = decay[:, t, :, None] if decay.ndim == 3 else decay[:, t, None, None]
-            S = d * S
-        k_t = seq.k[:, t, :, None]  # [H, K, 1]
-        u = seq.beta[:, t, None] * (seq.v[:, t] - (S * k_t).sum(1))  # [H, V]
-        S = S + k_t * u[:, None, :]
-        outputs.append((sq[:, t, :, None] * S).sum(1))  # [H, V]
-    if not outputs:
-        return seq.v.new_zeros(0, H, seq.v.shape[-1]), S
-    return torch.stack(outputs, dim=0), S
 
 
 def chunk_terms(
@@ -224,7 +205,8 @@ def delta_recurrent_torch(
         cu_seqlens=cu_seqlens,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
     )
-    o, S = assemble(p, lambda seq: _recurrent_sequence(seq, p.scale))
+    # The float64 reference's recurrence, evaluated in the sequence's fp32.
+    o, S = assemble(p, lambda seq: recurrent_sequence(seq, p.scale))
     return o.to(dtype), S
 
 
