@@ -9,7 +9,8 @@ with A_t^T Λ = D_t Λ'_t, Λ'_t = (I - β_t k_t k_t^T) Λ_t (the adjoint of S'_
 ||A_t^T||_2 = ||A_t||_2 <= ρ_t, so a computed adjoint's column errors F_t obey the forward
 model's running bound backward: F_{t-1} <= ρ_t F_t + ||δΛ_{t-1}[:, j]||_2 with
 
-    |δΛ_{t-1}| <= γ_{K+6} (D |Λ_t| + D β |k| (|k|^T |Λ_t|)) + ε_d D |Λ'_t|
+    |δΛ_{t-1}| <= γ_{K+6} (D |Λ_t| + D β |k| (|k|^T |Λ_t|)) + 2 ε_k D β |k| (|k|^T |Λ_t|)
+                  + ε_d D |Λ'_t|
                   + (γ_{K+6} + ε_q) s |q_{t-1}| |do_{t-1}|^T
 
 (ε_q: the relative error of an in-kernel L2-normalised q).
@@ -232,8 +233,11 @@ def _sequence(
             Lam.abs() + bt[:, :, None] * kt.abs()[:, :, None] * lam_k_mag[:, None, :]
         )
         Lam = d[:, t, :, None] * Lam_p
+        # k enters A_t^T twice (β k (k^T Λ)): an in-kernel normalised k's ε_k on each.
+        k_part = d[:, t, :, None] * bt[:, :, None] * kt.abs()[:, :, None] * lam_k_mag[:, None, :]
         local = (
             g(K + 6) * step_mag
+            + 2 * eps_k * k_part
             + eps_d[:, t, None, None] * Lam.abs()
             + under_d * Lam_p.abs()
             + (K + 8) * units.under
