@@ -90,13 +90,15 @@ def environment_table(document: Mapping[str, Any]) -> Table:
 
 
 def kernels_table(document: Mapping[str, Any]) -> Table:
-    """Each kernel with its form and declared capabilities."""
+    """Each kernel with its family, form and declared capabilities."""
     rows = []
     for kernel in document["kernels"]:
         caps = kernel.get("capabilities") or {}
         described = "; ".join(f"{k}={_text(v)}" for k, v in caps.items())
-        rows.append([kernel["name"], _text(kernel.get("form")), described or "-"])
-    return Table("Kernels", ["kernel", "form", "declared capabilities"], rows)
+        # Documents written before the delta family hold linear-attention kernels only.
+        family = str(kernel.get("family", "linear_attn"))
+        rows.append([kernel["name"], family, _text(kernel.get("form")), described or "-"])
+    return Table("Kernels", ["kernel", "family", "form", "declared capabilities"], rows)
 
 
 def recipes_table(document: Mapping[str, Any]) -> Table:

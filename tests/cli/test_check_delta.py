@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from linattn_verify.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+from linattn_verify.reporting.content import kernels_table
 
 TARGETS = Path(__file__).parents[1] / "zoo" / "delta_cli_targets.py"
 EVERYTHING = ["--family", "delta", "--gates", "none,scalar,vector", "--varlen"]
@@ -31,6 +32,8 @@ def test_a_correct_chunk_kernel_holds_every_property(tmp_path: Path) -> None:
     assert code == EXIT_OK, document["failures"]
     (kernel,) = document["kernels"]
     assert kernel["family"] == "delta"
+    (row,) = kernels_table(document).rows  # the report names every kernel's family
+    assert row[:3] == [kernel["name"], "delta", "chunk"]
     statuses = {v["property"]: v["status"] for v in document["verdicts"]}
     assert "zero_beta_keeps_state" in statuses
     assert set(statuses.values()) <= {"held", "not_applicable"}
