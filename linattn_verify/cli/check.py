@@ -29,7 +29,9 @@ def add_parser(sub: Any) -> None:
         help="validate a third-party kernel against the property catalogue",
         description="TARGET is 'package.module:function' or 'path/to/file.py:function', a kernel "
         "in the calling convention fn(q, k, v[, g], *, scale, initial_state, "
-        "output_final_state[, cu_seqlens]).",
+        "output_final_state[, cu_seqlens]) (linear attention), or, with --family delta, "
+        "fn(q, k, v[, g], beta, *, scale, initial_state, output_final_state, cu_seqlens, "
+        "use_qk_l2norm_in_kernel) (the delta rule, FLA's convention).",
     )
     check.add_argument("target", metavar="TARGET")
     check.add_argument(
@@ -334,10 +336,24 @@ def _check_writer(args: argparse.Namespace, report_dir: Path, kernel: Any, sourc
 
 def kernel_source(args: argparse.Namespace, *, on_cuda: bool) -> Any:
     """The kernel under test as ``check``'s flags describe it (a `KernelSource`)."""
+    from linattn_verify.errors import InvalidArgument
     from linattn_verify.kernel import Capabilities
     from linattn_verify.recipe import PrecisionRecipe
     from linattn_verify.targets import KernelSource
 
+    delta_only = {
+        "--gates": tuple(args.gates) != ("none",),
+        "--l2norm": args.l2norm != "both",
+        "--beta-max": args.beta_max != 2.0,
+        "--any-key-norm": args.any_key_norm,
+        "--inverse-dtype": args.inverse_dtype != "none",
+        "--state-dtype": args.state_dtype != "none",
+    }
+    if given := [flag for flag, used in delta_only.items() if used]:
+        raise InvalidArgument(
+            f"Got {', '.join(given)} without --family delta: those describe a delta-rule kernel "
+            "(a linear-attention kernel's gate is --decay)."
+        )
     dot = args.dot_precision or ("tf32" if on_cuda else "ieee")
     # argparse restricted these strings to the recipe's choices; PrecisionRecipe rechecks.
     recipe = PrecisionRecipe.from_dict(

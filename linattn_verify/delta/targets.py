@@ -101,6 +101,20 @@ def delta_source_from_args(args: Any, *, on_cuda: bool) -> DeltaKernelSource:
     Raises:
         InvalidArgument: naming the flag that does not fit the delta family.
     """
+    linear_only = {
+        "--normalized": args.normalized,
+        "--eps": args.eps != 0.0,
+        "--decay": args.decay != "none",
+        "--decay-required": args.decay_required,
+        "--feature-map": args.feature_map != "identity",
+        "--zero-denominator": args.zero_denominator != "any",
+        "--even-head-dims": bool(args.even_head_dims),
+    }
+    if given := [flag for flag, used in linear_only.items() if used]:
+        raise InvalidArgument(
+            f"Got {', '.join(given)} with --family delta: those describe a linear-attention "
+            "kernel; a delta-rule kernel's gates are --gates."
+        )
     if args.form not in ("recurrent", "chunk"):
         raise InvalidArgument(
             f"Got --form {args.form}, but a delta-rule kernel's recipe needs --form recurrent or "

@@ -66,3 +66,19 @@ def test_an_unknown_family_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
         main(["check", f"{TARGETS}:twin_chunk", "--family", "nope"])
     assert exc.value.code == EXIT_USAGE
     assert "--family" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--family", "delta", "--form", "chunk", "--normalized"], "--normalized"),
+        (["--family", "delta", "--form", "chunk", "--decay", "scalar"], "--decay"),
+        (["--gates", "scalar"], "--gates"),
+        (["--inverse-dtype", "input"], "--inverse-dtype"),
+    ],
+)
+def test_a_flag_of_the_other_family_is_a_usage_error(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", f"{TARGETS}:twin_chunk", *flags, "--budget", "1"]) == EXIT_USAGE
+    assert named in capsys.readouterr().err
