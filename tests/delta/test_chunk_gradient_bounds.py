@@ -118,7 +118,7 @@ def test_reference_chunk_kernel_within_bound(name: str) -> None:
 
 @pytest.mark.parametrize("gate", ["none", "scalar", "vector"])
 def test_chunk_sums_are_the_gradients(gate: str) -> None:
-    """`_chunk_backward` in exact mode, chained over chunks, is float64 autograd of the oracle."""
+    """`chunk_backward` in exact mode, chained over chunks, is float64 autograd of the oracle."""
     problem = case(gate=gate, gate_family="none" if gate == "none" else "logsigmoid", T=37).build()
     do, dS = random_delta_cotangents(problem, 0)
     assert dS is not None
@@ -131,12 +131,12 @@ def test_chunk_sums_are_the_gradients(gate: str) -> None:
     for s in starts:
         x, _ = cgb.chunk_inputs(seq, s, min(s + C, 37), S, zero, do64[:, s : s + C])
         states.append(S)
-        S = cgb._evaluate(x, p.scale, magnitude=False)(*x.primitives())["S_next"]
+        S = cgb.evaluate(x, p.scale, magnitude=False)(*x.primitives())["S_next"]
     Lam = dS[0].double()
     parts: dict[str, list[torch.Tensor]] = {n: [] for n in ("q", "k", "v", "beta", "g")}
     for s, S in reversed(list(zip(starts, states, strict=True))):
         x, _ = cgb.chunk_inputs(seq, s, min(s + C, 37), S, Lam, do64[:, s : s + C])
-        out = cgb._evaluate(x, p.scale, magnitude=False)(*x.primitives())
+        out = cgb.evaluate(x, p.scale, magnitude=False)(*x.primitives())
         for n in parts:
             parts[n].insert(0, out[n])
         Lam = out["Lam_in"]
