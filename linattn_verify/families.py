@@ -74,7 +74,7 @@ def family_named(name: Any) -> Family:
     Raises:
         InvalidArgument: naming the families there are.
     """
-    if name not in FAMILIES:
+    if not isinstance(name, str) or name not in FAMILIES:
         raise InvalidArgument(f"Got family {name!r}, but the families are {sorted(FAMILIES)}.")
     return FAMILIES[name]
 
