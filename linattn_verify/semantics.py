@@ -265,7 +265,8 @@ def _fail(message: str) -> InvalidArgument:
     return InvalidArgument(message)
 
 
-def _check_tensor(name: str, x: Any, ndim: int, layout: str) -> torch.Tensor:
+def check_tensor(name: str, x: Any, ndim: int, layout: str) -> torch.Tensor:
+    """Return ``x`` if it is a finite floating tensor of ``ndim`` dims (``layout``), else raise."""
     if not isinstance(x, torch.Tensor):
         raise _fail(f"Expected {name} to be a torch.Tensor {layout} but got {type(x).__name__}.")
     if x.ndim != ndim:
@@ -279,13 +280,15 @@ def _check_tensor(name: str, x: Any, ndim: int, layout: str) -> torch.Tensor:
     return x
 
 
-def _check_flag(name: str, value: Any) -> bool:
+def check_flag(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool, else raise `InvalidArgument` naming ``name``."""
     if not isinstance(value, bool):
         raise _fail(f"Expected {name} to be a bool but got {name}={value!r}.")
     return value
 
 
-def _check_real(name: str, value: Any) -> float:
+def check_real(name: str, value: Any) -> float:
+    """Return ``value`` as a float if it is a finite real number (not a bool), else raise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise _fail(f"Expected {name} to be a real number but got {name}={value!r}.")
     if not math.isfinite(float(value)):
@@ -301,10 +304,12 @@ def check_feature_map(feature_map: Any) -> FeatureMap:
     return cast(FeatureMap, feature_map)
 
 
-def _check_cu_seqlens(cu_seqlens: Any, B: int, T: int) -> torch.Tensor:
+def check_cu_seqlens(cu_seqlens: Any, B: int, T: int) -> torch.Tensor:
+    """Return packed-sequence bounds ``[N+1]`` (int64, CPU) rising from 0 to T, B == 1; or raise."""
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.ndim != 1:
         raise _fail(f"Expected cu_seqlens to be a 1-D integer tensor [N+1] but got {cu_seqlens!r}.")
-    if cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype in (torch.bool, torch.complex64):
+    dtype = cu_seqlens.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
         raise _fail(f"Expected cu_seqlens to hold integers but got dtype={cu_seqlens.dtype}.")
     if cu_seqlens.numel() < 2:
         raise _fail(f"Expected cu_seqlens to have N+1 >= 2 entries but got {cu_seqlens.numel()}.")
@@ -358,10 +363,10 @@ def validate_problem(
     Raises:
         InvalidArgument: naming the first argument that is malformed and what was expected.
     """
-    q = _check_tensor("q", q, 4, "[B, T, H, K]")
+    q = check_tensor("q", q, 4, "[B, T, H, K]")
     B, T, H, K = q.shape
-    k = _check_tensor("k", k, 4, "[B, T, H, K]")
-    v = _check_tensor("v", v, 4, "[B, T, H, V]")
+    k = check_tensor("k", k, 4, "[B, T, H, K]")
+    v = check_tensor("v", v, 4, "[B, T, H, V]")
     if k.shape != q.shape:
         raise _fail(f"Expected k of shape {tuple(q.shape)} (as q) but got {tuple(k.shape)}.")
     if v.shape[:3] != q.shape[:3]:
@@ -376,7 +381,7 @@ def validate_problem(
         raise _fail(f"Expected q, k, v on one device but got {q.device}, {k.device}, {v.device}.")
     if g is not None:
         layout = "[B, T, H] or [B, T, H, K]"
-        g = _check_tensor("g", g, 4 if getattr(g, "ndim", None) == 4 else 3, layout)
+        g = check_tensor("g", g, 4 if getattr(g, "ndim", None) == 4 else 3, layout)
         if g.shape not in (q.shape[:3], q.shape):
             raise _fail(
                 f"Expected g of shape {layout} = {tuple(q.shape[:3])} or {tuple(q.shape)} "
@@ -386,16 +391,16 @@ def validate_problem(
             raise _fail(f"Expected g on {q.device} (as q) but got {g.device}.")
         if bool((g > 0).any()):
             raise _fail(f"Expected g <= 0 (a log decay) but got max(g)={float(g.max()):.6g}.")
-    resolved_scale = K**-0.5 if scale is None else _check_real("scale", scale)
-    normalize = _check_flag("normalize", normalize)
-    resolved_eps = _check_real("eps", eps)
+    resolved_scale = K**-0.5 if scale is None else check_real("scale", scale)
+    normalize = check_flag("normalize", normalize)
+    resolved_eps = check_real("eps", eps)
     if resolved_eps < 0:
         raise _fail(f"Got eps={eps!r}, but eps must be >= 0.")
     if resolved_eps != 0 and not normalize:
         raise _fail(f"Got eps={eps!r} with normalize=False; eps only applies to normalized output.")
     fmap = check_feature_map(feature_map)
-    output_final_state = _check_flag("output_final_state", output_final_state)
-    bounds = None if cu_seqlens is None else _check_cu_seqlens(cu_seqlens, B, T)
+    output_final_state = check_flag("output_final_state", output_final_state)
+    bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, B, T)
     N = B if bounds is None else bounds.numel() - 1
     S0, z0 = _check_initial_state(initial_state, normalize, N, H, K, v.shape[-1], q.device)
     return Problem(
@@ -425,8 +430,8 @@ def _check_initial_state(
                 "Expected initial_state to be a pair (S [N, H, K, V], z [N, H, K]) for a "
                 f"normalized problem but got {type(initial_state).__name__}."
             )
-        S0 = _check_tensor("initial_state[0]", initial_state[0], 4, "[N, H, K, V]")
-        z0 = _check_tensor("initial_state[1]", initial_state[1], 3, "[N, H, K]")
+        S0 = check_tensor("initial_state[0]", initial_state[0], 4, "[N, H, K, V]")
+        z0 = check_tensor("initial_state[1]", initial_state[1], 3, "[N, H, K]")
         if tuple(z0.shape) != (N, H, K):
             raise _fail(
                 f"Expected initial_state[1] of shape {(N, H, K)} but got {tuple(z0.shape)}."
@@ -438,7 +443,7 @@ def _check_initial_state(
                 "Expected initial_state to be one tensor [N, H, K, V] for an unnormalized "
                 "problem but got a pair; (S, z) pairs belong to normalize=True."
             )
-        S0 = _check_tensor("initial_state", initial_state, 4, "[N, H, K, V]")
+        S0 = check_tensor("initial_state", initial_state, 4, "[N, H, K, V]")
         z0 = None
         name = "initial_state"
     if tuple(S0.shape) != (N, H, K, V):
@@ -454,6 +459,10 @@ __all__ = [
     "OMITTABLE",
     "PackedTokens",
     "Problem",
+    "check_cu_seqlens",
     "check_feature_map",
+    "check_flag",
+    "check_real",
+    "check_tensor",
     "validate_problem",
 ]

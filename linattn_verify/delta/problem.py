@@ -49,15 +49,19 @@ restarts at every boundary from that sequence's S_0, and an empty sequence retur
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.semantics import FLOAT_DTYPES, PackedTokens
+from linattn_verify.semantics import (
+    PackedTokens,
+    check_cu_seqlens,
+    check_flag,
+    check_real,
+    check_tensor,
+)
 
 L2NORM_EPS = 1e-6
 """The eps of FLA's in-kernel L2 normalisation x / sqrt(Σ x² + eps), used exactly as given."""
@@ -154,59 +158,9 @@ def _fail(message: str) -> InvalidArgument:
     return InvalidArgument(message)
 
 
-def _check_tensor(name: str, x: Any, ndim: int, layout: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise _fail(f"Expected {name} to be a torch.Tensor {layout} but got {type(x).__name__}.")
-    if x.ndim != ndim:
-        raise _fail(f"Expected {name} of shape {layout} but got shape {tuple(x.shape)}.")
-    if x.dtype not in FLOAT_DTYPES:
-        raise _fail(
-            f"Expected {name} to be float16, bfloat16, float32 or float64 but got dtype={x.dtype}."
-        )
-    if x.numel() and not bool(torch.isfinite(x).all()):
-        raise _fail(f"Expected every element of {name} to be finite, but it holds NaN or inf.")
-    return x
-
-
-def _check_flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(f"Expected {name} to be a bool but got {name}={value!r}.")
-    return value
-
-
-def _check_scale(scale: Any) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise _fail(f"Expected scale to be a real number or None but got scale={scale!r}.")
-    if not math.isfinite(float(scale)):
-        raise _fail(f"Expected scale to be finite but got scale={scale!r}.")
-    return float(scale)
-
-
 def _check_device(name: str, x: torch.Tensor, device: torch.device) -> None:
     if x.device != device:
         raise _fail(f"Expected {name} on {device} (as q) but got {x.device}.")
-
-
-def _check_cu_seqlens(cu_seqlens: Any, B: int, T: int) -> torch.Tensor:
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.ndim != 1:
-        raise _fail(f"Expected cu_seqlens to be a 1-D integer tensor [N+1] but got {cu_seqlens!r}.")
-    if cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype.is_complex:
-        raise _fail(f"Expected cu_seqlens to hold integers but got dtype={cu_seqlens.dtype}.")
-    if cu_seqlens.dtype == torch.bool:
-        raise _fail(f"Expected cu_seqlens to hold integers but got dtype={cu_seqlens.dtype}.")
-    if cu_seqlens.numel() < 2:
-        raise _fail(f"Expected cu_seqlens to have N+1 >= 2 entries but got {cu_seqlens.numel()}.")
-    if B != 1:
-        raise _fail(f"Got B={B} with cu_seqlens, but packed sequences need B == 1.")
-    bounds = cu_seqlens.to(device="cpu", dtype=torch.int64)
-    if int(bounds[0]) != 0 or int(bounds[-1]) != T:
-        raise _fail(
-            f"Expected cu_seqlens to start at 0 and end at T={T} but got "
-            f"cu_seqlens[0]={int(bounds[0])}, cu_seqlens[-1]={int(bounds[-1])}."
-        )
-    if bool((bounds[1:] < bounds[:-1]).any()):
-        raise _fail(f"Expected cu_seqlens to be non-decreasing but got {bounds.tolist()}.")
-    return bounds
 
 
 def validate_delta(
@@ -251,10 +205,10 @@ def validate_delta(
     Raises:
         InvalidArgument: naming the first argument that is malformed and what was expected.
     """
-    q = _check_tensor("q", q, 4, "[B, T, H, K]")
+    q = check_tensor("q", q, 4, "[B, T, H, K]")
     B, T, H, K = q.shape
-    k = _check_tensor("k", k, 4, "[B, T, H, K]")
-    v = _check_tensor("v", v, 4, "[B, T, H, V]")
+    k = check_tensor("k", k, 4, "[B, T, H, K]")
+    v = check_tensor("v", v, 4, "[B, T, H, V]")
     if k.shape != q.shape:
         raise _fail(f"Expected k of shape {tuple(q.shape)} (as q) but got {tuple(k.shape)}.")
     if v.shape[:3] != q.shape[:3]:
@@ -269,8 +223,8 @@ def validate_delta(
         raise _fail(f"Expected q, k, v of one dtype but got {q.dtype}, {k.dtype}, {v.dtype}.")
     _check_device("k", k, q.device)
     _check_device("v", v, q.device)
-    negative = _check_flag("allow_negative_eigenvalues", allow_negative_eigenvalues)
-    beta = _check_tensor("beta", beta, 3, "[B, T, H]")
+    negative = check_flag("allow_negative_eigenvalues", allow_negative_eigenvalues)
+    beta = check_tensor("beta", beta, 3, "[B, T, H]")
     if beta.shape != q.shape[:3]:
         raise _fail(f"Expected beta of shape {tuple(q.shape[:3])} but got {tuple(beta.shape)}.")
     _check_device("beta", beta, q.device)
@@ -287,7 +241,7 @@ def validate_delta(
         )
     if g is not None:
         layout = "[B, T, H] or [B, T, H, K]"
-        g = _check_tensor("g", g, 4 if getattr(g, "ndim", None) == 4 else 3, layout)
+        g = check_tensor("g", g, 4 if getattr(g, "ndim", None) == 4 else 3, layout)
         if g.shape not in (q.shape[:3], q.shape):
             raise _fail(
                 f"Expected g of shape {layout} = {tuple(q.shape[:3])} or {tuple(q.shape)} "
@@ -296,13 +250,13 @@ def validate_delta(
         _check_device("g", g, q.device)
         if bool((g > 0).any()):
             raise _fail(f"Expected g <= 0 (a log decay) but got max(g)={float(g.max()):.6g}.")
-    resolved_scale = K**-0.5 if scale is None else _check_scale(scale)
-    l2norm_qk = _check_flag("l2norm_qk", l2norm_qk)
-    output_final_state = _check_flag("output_final_state", output_final_state)
-    bounds = None if cu_seqlens is None else _check_cu_seqlens(cu_seqlens, B, T)
+    resolved_scale = K**-0.5 if scale is None else check_real("scale", scale)
+    l2norm_qk = check_flag("l2norm_qk", l2norm_qk)
+    output_final_state = check_flag("output_final_state", output_final_state)
+    bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, B, T)
     N = B if bounds is None else bounds.numel() - 1
     if initial_state is not None:
-        initial_state = _check_tensor("initial_state", initial_state, 4, "[N, H, K, V]")
+        initial_state = check_tensor("initial_state", initial_state, 4, "[N, H, K, V]")
         expected = (N, H, K, v.shape[-1])
         if tuple(initial_state.shape) != expected:
             raise _fail(

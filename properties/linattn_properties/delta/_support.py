@@ -70,13 +70,24 @@ class Prepared:
 
 
 def prepare(
-    prop: str, case: Any, kernel: DeltaKernel, *, backward: bool = False
+    prop: str,
+    case: Any,
+    kernel: DeltaKernel,
+    *,
+    backward: bool = False,
+    in_contract: bool = False,
 ) -> Prepared | PropertyResult:
-    """Build ``case``; `not_applicable` if the kernel does not support it (or its backward)."""
+    """Build ``case``; `not_applicable` if the kernel does not support it (or its backward).
+
+    With ``in_contract``, a case outside the kernel's numerical contract
+    (`DeltaKernel.contract`) is not applicable too: for properties whose rule assumes it.
+    """
     problem = case.build()
     reason = kernel.supports(problem)
     if reason is None and backward and not kernel.capabilities.backward:
         reason = f"{kernel.name}: no backward support"
+    if reason is None and in_contract:
+        reason = kernel.contract(problem)
     if reason is not None:
         return PropertyResult(prop, kernel.name, case.describe(), "not_applicable", reason=reason)
     return Prepared(prop, case, kernel, problem, kernel.precision_recipe(problem.q.dtype))

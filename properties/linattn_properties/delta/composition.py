@@ -150,11 +150,9 @@ def linear_in_values_and_state(case: Any, kernel: DeltaKernel) -> PropertyResult
     they may be subnormal, unseen) is judged pairwise: |y - 2x| <= B(2v, 2S_0) + 2 B(v, S_0).
     """
     prop = "linear_in_values_and_state"
-    case_ = prepare(prop, case, kernel)
+    case_ = prepare(prop, case, kernel, in_contract=True)
     if isinstance(case_, PropertyResult):
         return case_
-    if kernel.contract(case_.problem) is not None:
-        return case_.not_applicable(str(kernel.contract(case_.problem)))
     problem = case_.problem
     doubled = replace(
         problem,

@@ -58,10 +58,8 @@ def unit_key_reads_back_value(case: Any, kernel: DeltaKernel) -> PropertyResult:
     reason = kernel.supports(problem)
     if reason is not None:
         return PropertyResult(prop, kernel.name, case.describe(), "not_applicable", reason=reason)
-    if kernel.contract(problem) is not None:
-        return PropertyResult(
-            prop, kernel.name, case.describe(), "not_applicable", reason=kernel.contract(problem)
-        )
+    if (outside := kernel.contract(problem)) is not None:
+        return PropertyResult(prop, kernel.name, case.describe(), "not_applicable", reason=outside)
     result = run(kernel, problem)
     assert result.final_state is not None
     tb = bounds_of(kernel, problem)["final_state"]
