@@ -85,6 +85,11 @@ class Scores:
             `None` (`linattn_verify.compare.ulps`).
         faithfully_rounded: Share of elements faithfully rounded to it, else `None`.
         max_ulps: Largest error in its ulps, else `None`.
+        bias: Signed mean error in units of the mean bound, Σ(x̂ - x) / Σ B, else `None`
+            (`linattn_verify.compare.oracle.signed_bias`).
+        bias_t: Its size against the spread of the errors, Σ(x̂ - x) / sqrt(Σ(x̂ - x)²), else
+            `None`: about N(0, 1) for unbiased independent rounding, about sqrt(n) when every
+            error has one sign.
     """
 
     r: float = 0.0
@@ -97,6 +102,8 @@ class Scores:
     correctly_rounded: float | None = None
     faithfully_rounded: float | None = None
     max_ulps: float | None = None
+    bias: float | None = None
+    bias_t: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the scores that were measured (no `None` values)."""

@@ -40,6 +40,16 @@ def positive(text: str) -> int:
     return value
 
 
+def nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 but got {text!r}")
+    return value
+
+
 def nonnegative_float(text: str) -> float:
     try:
         value = float(text)

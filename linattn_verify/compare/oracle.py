@@ -104,6 +104,28 @@ def _residual_ratio(x: torch.Tensor, finite: torch.Tensor, expected: TensorBound
     )
 
 
+def signed_bias(
+    error: torch.Tensor, bound: torch.Tensor, where: torch.Tensor
+) -> tuple[float | None, float | None]:
+    """Return the signed bias of ``error`` over the elements ``where``: ``(bias, t)``.
+
+    ``bias = Σ e / Σ B``, the signed mean error in units of the mean bound (|bias| <= max r),
+    and ``t = Σ e / sqrt(Σ e²)``, its size against the spread: about a standard normal variable
+    for independent errors of either sign, and about sqrt(n) when every error has one sign.
+    Rounding to nearest is unbiased, so a correct kernel's |t| stays small unless its errors
+    are correlated; a kernel that truncates (or drops a term of one sign) has |t| ~ sqrt(n),
+    which is what breaks low-precision training even when every element is within its bound.
+    Both are `None` where no element with a finite, positive bound is judged.
+    """
+    keep = where & torch.isfinite(bound) & (bound > 0)
+    if not bool(keep.any()):
+        return None, None
+    e = error[keep]
+    total = float(e.sum())
+    spread = math.sqrt(float((e * e).sum()))
+    return total / float(bound[keep].sum()), (total / spread if spread > 0 else 0.0)
+
+
 def compare(
     actual: object,
     expected: TensorBound,
@@ -178,6 +200,7 @@ def compare(
     # the value is undefined (the oracle holds a convention there) nor where it is unverifiable.
     exact = verifiable & ~undefined
     ulps = ulp_stats(actual.detach().to(ref.device)[exact], ref[exact]) if exact_reference else None
+    bias, bias_t = signed_bias(x - ref, expected.bound, exact & finite & torch.isfinite(ref))
     scores = Scores(
         r=float(r.max()),
         p999_r=float(torch.quantile(checked.float().clamp(max=1e30), 0.999))
@@ -193,6 +216,8 @@ def compare(
         correctly_rounded=None if ulps is None else ulps.correctly_rounded,
         faithfully_rounded=None if ulps is None else ulps.faithfully_rounded,
         max_ulps=None if ulps is None else ulps.max_ulps,
+        bias=bias,
+        bias_t=bias_t,
     )
     counts = Counts(
         numel=numel,

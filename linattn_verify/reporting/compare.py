@@ -320,7 +320,7 @@ def render_comparison_html(comparison: RunComparison) -> str:
     """Return the comparison as a self-contained HTML page (regressions highlighted)."""
     if not isinstance(comparison, RunComparison):
         raise InvalidArgument(f"Expected a RunComparison but got comparison={comparison!r}.")
-    status = "failed" if comparison.regressed else "passed"
+    status = "verdict-failed" if comparison.regressed else "passed"
     body = [
         "<h1>linattn-verify run comparison</h1>",
         f'<p class="headline {status}">{html_render.esc(_headline(comparison))}</p>',

@@ -11,8 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from linattn_verify.reporting._values import format_score
-from linattn_verify.reporting.summary import cases_of, verdicts_of
+from linattn_verify.reporting._values import format_score, score
+from linattn_verify.reporting.side_by_side import side_by_side
+from linattn_verify.reporting.summary import UNDECIDED, cases_of, verdicts_of
+from linattn_verify.reporting.verdict_map import VerdictMap, nearest
+from linattn_verify.results import FAIL_THRESHOLD
 
 PLOT_CAPTIONS = {
     "error_vs_T.png": "Worst r = err/B of each case against T, per form (columns) and dtype "
@@ -142,11 +145,17 @@ def verdicts_table(document: Mapping[str, Any]) -> Table:
     )
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
 def distributions_table(document: Mapping[str, Any]) -> Table:
-    """Score distributions per kernel, dtype and tensor."""
-    rows = []
+    """Score distributions per kernel, dtype and tensor: r first, then ulps and bias, then ρ."""
+    rows, status = [], []
     for d in document["distributions"]:
-        r, rho, element = d["r"], d["rho"], d["element"]
+        r, element = d["r"], d["element"]
+        ulps, bias = d.get("ulps") or {}, d.get("bias") or {}
+        worst = score(r["max"])
         rows.append(
             [
                 d["kernel"],
@@ -154,17 +163,20 @@ def distributions_table(document: Mapping[str, Any]) -> Table:
                 d["dtype"],
                 d["tensor"],
                 str(d["cases"]),
-                format_score(r["max"]),
-                format_score(r["p999"]),
+                format_score(worst),
+                headroom_text(worst),
                 format_score(r["median"]),
-                format_score(rho["max"]),
-                format_score(rho["p999"]),
-                format_score(rho["median"]),
-                format_score(d["eta"]),
                 format_score(element["p999_r"]),
+                _share(ulps.get("correctly_rounded")),
+                _share(ulps.get("faithfully_rounded")),
+                format_score(ulps.get("max")),
+                format_score(bias.get("mean")),
+                _share(bias.get("biased_share")),
+                format_score(d["eta"]),
                 format_score(element["median_rho"]),
             ]
         )
+        status.append("fail" if worst is None or not worst <= FAIL_THRESHOLD else "ok")
     return Table(
         "Score distributions",
         [
@@ -173,21 +185,183 @@ def distributions_table(document: Mapping[str, Any]) -> Table:
             "dtype",
             "tensor",
             "cases",
-            "max r",
-            "p99.9 r",
+            "worst r",
+            "headroom",
             "median r",
-            "max ρ",
-            "p99.9 ρ",
-            "median ρ",
-            "max η",
             "elem. p99.9 r",
-            "elem. median ρ",
+            "correctly rounded",
+            "faithfully rounded",
+            "worst ulps",
+            "bias",
+            "biased cases",
+            "max η",
+            "median ρ",
         ],
         rows,
-        note="r, ρ: max, p99.9 and median over the cases of each case's largest score; "
-        "elem.: the element-level p99.9 of r (largest over the cases) and median ρ (median "
-        "over the cases). A case fails when r or η exceeds 2.",
+        note="r = |error| / bound per element; a case fails past 2, and a correct kernel stays "
+        "below 1. worst r, median r: over the cases of each case's largest r; headroom = 2 / "
+        "worst r. Ulps (16-bit outputs): mean shares of elements correctly and faithfully "
+        "rounded to the output dtype, and the largest error in ulps. bias = Σ(x̂ - x) / ΣB, "
+        "the signed mean error in units of the bound (mean over the cases); biased cases: "
+        "share with |Σ(x̂ - x)| / sqrt(Σ(x̂ - x)²) > 4, which unbiased rounding almost never "
+        "reaches. median ρ = |error| / (u·M), in roundings: it grows on tiny values, where M "
+        "is tiny, so it is shown last.",
+        status=status,
     )
+
+
+def headroom_text(r: float | None) -> str:
+    """``2 / r`` as text: how many times the error may grow before the case fails."""
+    if r is None or r != r:
+        return "-"
+    if r > FAIL_THRESHOLD:
+        return "failed"
+    if r == 0:
+        return "exact"
+    return f"{FAIL_THRESHOLD / r:.3g}x"
+
+
+def _headroom_words(r: float | None) -> str:
+    text = headroom_text(r)
+    return "FAILED" if text == "failed" else f"headroom {text}"
+
+
+def glance(document: Mapping[str, Any]) -> list[str]:
+    """The first screen's sentences: what failed, what is nearest its bound, what is undecided."""
+    lines = []
+    found = document["failures"]
+    if found:
+        kernels = sorted({str(f["kernel"]) for f in found})
+        lines.append(
+            f"{len(found)} finding{'s' if len(found) > 1 else ''} in {len(kernels)} "
+            f"kernel{'s' if len(kernels) > 1 else ''}: {', '.join(kernels)} (details below, "
+            "each with its replay command)."
+        )
+    elif document["totals"]["cases"]:
+        lines.append("No findings: no case failed.")
+    near = nearest(document)
+    if near:
+        worst = "; ".join(
+            f"{kernel} {dtype} {tensor}: r = {format_score(cell.r)} ({_headroom_words(cell.r)})"
+            for kernel, dtype, tensor, cell in near
+        )
+        lines.append(f"Nearest the fail line (r = 2): {worst}.")
+    totals = document["totals"]
+    if totals["undecided"]:
+        kinds: dict[str, int] = {}
+        for record in cases_of(document):
+            if record.status in UNDECIDED:
+                kinds[record.status] = kinds.get(record.status, 0) + 1
+        parts = ", ".join(f"{n} {k.replace('_', '-')}" for k, n in sorted(kinds.items()))
+        lines.append(
+            f"{totals['undecided']} cases decided nothing ({parts}): see the verdict map's legend."
+        )
+    return lines
+
+
+def findings_table(document: Mapping[str, Any]) -> Table:
+    """One row per finding: kernel, what broke, dtype, severity, the deciding tensor and score."""
+    rows = []
+    for n, f in enumerate(document["failures"][:FAILURES_SHOWN], start=1):
+        properties = f.get("properties") or [f["property"]]
+        rows.append(
+            [
+                str(n),
+                str(f["kernel"]),
+                ", ".join(str(p) for p in properties),
+                _text(f.get("dtype")),
+                _text(f.get("severity")),
+                _text(f.get("tensor")),
+                format_score(f.get("score")),
+                str(f.get("occurrences", 1)),
+                str(f.get("replay") or "-"),
+            ]
+        )
+    return Table(
+        "Findings",
+        ["#", "kernel", "properties", "dtype", "severity", "tensor", "score", "cases", "replay"],
+        rows,
+        note="Failures grouped by root cause; each replay command re-runs its minimal case "
+        "(details below the map). Severity: realistic (ordinary magnitudes: the kernel is wrong "
+        "on inputs it will see), extreme-range (near underflow or the dtype's largest value), "
+        "kernel failure (it raised or broke the calling convention).",
+        status=["fail"] * len(rows),
+    )
+
+
+MARKS = {"suspect": " !", "failed": " FAILED"}
+"""Text marks of map cells for formats without colour (Markdown, the terminal)."""
+
+
+def map_table(vmap: VerdictMap) -> Table:
+    """A verdict map as plain text: worst r per cell, marked past 1 and past 2 (failed)."""
+    rows = []
+    for kernel, dtype, cells in vmap.rows:
+        texts = []
+        for cell in cells:
+            text = cell.text() + (MARKS.get(cell.kind, "") if cell.r is not None else "")
+            if cell.undecided and cell.r is not None:
+                text += (
+                    " ("
+                    + ", ".join(
+                        f"{n} {k.replace('_', '-')}" for k, n in sorted(cell.undecided.items())
+                    )
+                    + ")"
+                )
+            texts.append(text)
+        rows.append([kernel, dtype, *texts])
+    return Table(
+        f"Verdict map: {vmap.family}",
+        ["kernel", "dtype", *vmap.tensors],
+        rows,
+        note="Worst r = |error| / bound per tensor over the cases; ! marks 1 < r <= 2 (past "
+        "the guaranteed bound), FAILED r > 2. In parentheses: cases that decided nothing.",
+        status=[
+            "fail" if any(c.kind == "failed" for c in cells) else "ok" for _, _, cells in vmap.rows
+        ],
+    )
+
+
+def side_by_side_tables(document: Mapping[str, Any]) -> list[tuple[Table, Table]]:
+    """Per family and dtype: the kernels' summary over shared cases, and the cases themselves."""
+    out = []
+    for group in side_by_side(document):
+        summary = Table(
+            f"{group.family} · {group.dtype}: {len(group.cases)} shared cases",
+            ["kernel", "shared cases", "median r", "worst r", "most accurate on"],
+            [
+                [
+                    s.kernel,
+                    str(s.cases),
+                    format_score(s.median),
+                    format_score(s.worst),
+                    f"{s.most_accurate} of {s.cases}",
+                ]
+                for s in group.summaries
+            ],
+            note=f"Judged by {group.property}; r is each case's largest score over its tensors.",
+            status=["ok" if s.worst <= FAIL_THRESHOLD else "fail" for s in group.summaries],
+        )
+        per_case = Table(
+            "Per case",
+            ["T", "K", "V", *group.kernels, "case"],
+            [
+                [
+                    str(c.T),
+                    str(c.K),
+                    str(c.V),
+                    *(
+                        format_score(c.scores.get(k)) if k in c.scores else "-"
+                        for k in group.kernels
+                    ),
+                    c.case,
+                ]
+                for c in group.cases
+            ],
+            note="- : the kernel does not take the case.",
+        )
+        out.append((summary, per_case))
+    return out
 
 
 def worst_cases_table(document: Mapping[str, Any]) -> Table:

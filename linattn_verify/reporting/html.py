@@ -14,6 +14,7 @@ from typing import Any
 
 from linattn_verify.reporting import content
 from linattn_verify.reporting.content import Table
+from linattn_verify.reporting.verdict_map import BANDS, STATUS_LEGEND, VerdictMap, verdict_maps
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222;
@@ -21,7 +22,7 @@ body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200p
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
 .headline { font-size: 1.1em; font-weight: 600; padding: .6em 1em; border-radius: 4px; }
 .passed { background: #e6f4ea; border-left: 6px solid #2ca02c; }
-.failed { background: #fdecea; border-left: 6px solid #d62728; }
+.verdict-failed { background: #fdecea; border-left: 6px solid #d62728; }
 .warning { background: #fff4e5; border-left: 6px solid #ff7f0e; padding: .5em 1em; }
 table { border-collapse: collapse; margin: .5em 0; font-size: 12px; }
 th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
@@ -32,6 +33,15 @@ figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; 
 figcaption { color: #555; font-size: 12px; }
 pre { background: #f6f8fa; padding: .6em; overflow-x: auto; font-size: 12px; }
 details { margin: .6em 0; } summary { cursor: pointer; font-weight: 600; }
+ul.glance { margin: .6em 0 1em; padding-left: 1.4em; font-size: 1.02em; }
+table.map td.cell { text-align: center; min-width: 4.2em; font-variant-numeric: tabular-nums; }
+table.map td.cell small { display: block; font-size: 10px; color: #333; }
+.ample { background: #b7e4c7; } .good { background: #d8f3dc; } .close { background: #fff3b0; }
+.suspect { background: #ffc078; } .failed { background: #ff8787; font-weight: 700; }
+.ill_conditioned { background: #d0bfff; } .undefined { background: #a5d8ff; }
+.out_of_contract { background: #e9ecef; } .not_applicable { background: #f8f9fa; color: #999; }
+.legend span { display: inline-block; padding: 1px 8px; margin: 2px 4px 2px 0; font-size: 11px;
+               border: 1px solid #ddd; }
 """
 """The page's stylesheet; ``report`` pages and comparison pages share it."""
 
@@ -81,19 +91,25 @@ def figure(name: str, png: bytes) -> str:
 
 
 def failures_section(failures: Sequence[Mapping[str, Any]]) -> str:
-    """Return the failures, each with its message and replay command."""
-    out = ["<h2>Failures</h2>"]
+    """Return the findings' details, each with its minimal case, message and replay command."""
+    out = ["<h2>Finding details</h2>"]
     if not failures:
         out.append("<p><em>None.</em></p>")
     for n, failure in enumerate(failures[: content.FAILURES_SHOWN], start=1):
-        out.append(f"<details open><summary>{n}. {esc(content.failure_title(failure))}</summary>")
+        out.append(
+            f'<details class="finding" open><summary>{n}. '
+            f"{esc(content.failure_title(failure))}</summary>"
+        )
         if failure.get("case"):
             out.append(f"<p>Case: <code>{esc(failure['case'])}</code></p>")
-        out.append(f"<pre>{esc(failure.get('message') or '(no message)')}</pre>")
         if failure.get("replay"):
-            out.append(f"<p>Replay:</p><pre>{esc(failure['replay'])}</pre>")
+            out.append(f'<p>Replay:</p><pre class="replay">{esc(failure["replay"])}</pre>')
         else:
             out.append(f"<p>{esc(content.NO_REPLAY)}</p>")
+        out.append(
+            f"<details><summary>Message</summary><pre>"
+            f"{esc(failure.get('message') or '(no message)')}</pre></details>"
+        )
         out.append("</details>")
     if len(failures) > content.FAILURES_SHOWN:
         more = len(failures) - content.FAILURES_SHOWN
@@ -116,8 +132,48 @@ def page(title: str, body: Sequence[str]) -> str:
     )
 
 
+def verdict_map(vmap: VerdictMap) -> str:
+    """Return one family's verdict map: rows kernel and dtype, a coloured cell per tensor."""
+    out = [
+        f"<h3>{esc(vmap.family)}</h3>",
+        '<table class="map"><tr><th>kernel</th><th>dtype</th>'
+        + "".join(f"<th>{esc(t)}</th>" for t in vmap.tensors)
+        + "</tr>",
+    ]
+    for kernel, dtype, cells in vmap.rows:
+        row = [f"<td>{esc(kernel)}</td><td>{esc(dtype)}</td>"]
+        for tensor, cell in zip(vmap.tensors, cells, strict=True):
+            badge = ", ".join(
+                f"{n} {k.replace('_', '-')}" for k, n in sorted(cell.undecided.items())
+            )
+            tip = f"{kernel} {dtype} {tensor}: {cell.kind.replace('_', ' ')}"
+            if cell.r is not None:
+                tip += f"; worst r {cell.text()} over {cell.cases} cases"
+            extra = f"<small>{esc(badge)}</small>" if badge and cell.r is not None else ""
+            row.append(
+                f'<td class="cell {esc(cell.kind)}" data-kind="{esc(cell.kind)}" '
+                f'title="{esc(tip)}">{esc(cell.text())}{extra}</td>'
+            )
+        out.append("<tr>" + "".join(row) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def map_legend() -> str:
+    """The colours of the verdict map."""
+    items = [(name, text) for name, _, text in BANDS] + list(STATUS_LEGEND.items())
+    spans = "".join(
+        f'<span class="{esc(kind)}">{esc(kind.replace("_", " "))}: {esc(text)}</span>'
+        for kind, text in items
+    )
+    return f'<p class="legend">{spans}</p>'
+
+
 def render_html(document: Mapping[str, Any], plots: Mapping[str, bytes] | None = None) -> str:
     """Return the self-contained HTML report of a run document.
+
+    The page answers first (verdict, findings, the verdict map), then shows the evidence
+    (kernels side by side, plots), then the tables.
 
     Args:
         document: A validated run document.
@@ -130,24 +186,45 @@ def render_html(document: Mapping[str, Any], plots: Mapping[str, bytes] | None =
     ok = document["totals"]["ok"]
     body = [
         "<h1>linattn-verify accuracy report</h1>",
-        f'<p class="headline {"passed" if ok else "failed"}">{esc(content.headline(document))}</p>',
+        f'<p class="headline {"passed" if ok else "verdict-failed"}" id="verdict">'
+        f"{esc(content.headline(document))}</p>",
     ]
     warning = content.incomplete_warning(document)
     if warning:
         body.append(f'<p class="warning">{esc(warning)}</p>')
-    body += [
-        table(content.environment_table(document)),
-        table(content.verdicts_table(document)),
-        table(content.distributions_table(document)),
-        "<h2>Plots</h2>",
-    ]
+    glance = content.glance(document)
+    if glance:
+        body.append('<ul class="glance">' + "".join(f"<li>{esc(g)}</li>" for g in glance) + "</ul>")
+    if document["failures"]:
+        body.append(table(content.findings_table(document)))
+    maps = verdict_maps(document)
+    if maps:
+        body += [
+            '<h2 id="map">Verdict map</h2>',
+            '<p class="note">Worst r = |error| / bound of each tensor over the cases, by kernel '
+            "and dtype; a case fails past 2. Hover a cell for its counts; a small line counts "
+            "the cases that decided nothing.</p>",
+            *(verdict_map(m) for m in maps),
+            map_legend(),
+        ]
+    if document["failures"]:
+        body.append(failures_section(document["failures"]))
+    pairs = content.side_by_side_tables(document)
+    if pairs:
+        body.append('<h2 id="side-by-side">Kernels side by side</h2>')
+        for summary, per_case in pairs:
+            body += [table(summary, level=3), "<details><summary>Per case</summary>"]
+            body += [table(per_case, level=4), "</details>"]
+    body.append('<h2 id="plots">Plots</h2>')
     body += [figure(name, png) for name, png in (plots or {}).items()]
     if not plots:
         body.append("<p><em>No scored cases to plot.</em></p>")
     body += [
+        table(content.distributions_table(document)),
+        table(content.verdicts_table(document)),
         table(content.worst_cases_table(document)),
-        failures_section(document["failures"]),
         table(content.kernels_table(document)),
         table(content.recipes_table(document)),
+        table(content.environment_table(document)),
     ]
     return page("linattn-verify accuracy report", body)

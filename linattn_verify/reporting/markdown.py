@@ -9,6 +9,7 @@ from typing import Any
 
 from linattn_verify.reporting import content
 from linattn_verify.reporting.content import Table
+from linattn_verify.reporting.verdict_map import verdict_maps
 
 # Characters that act anywhere in a line; those that act only at its start are handled apart.
 _SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -41,9 +42,9 @@ def fenced(text: str, language: str = "text") -> str:
     return f"{fence}{language}\n{text.rstrip()}\n{fence}"
 
 
-def table(t: Table) -> str:
-    """Return ``t`` as a Markdown table under a level-2 heading."""
-    lines = [f"## {escape(t.title)}", ""]
+def table(t: Table, *, level: int = 2) -> str:
+    """Return ``t`` as a Markdown table under a heading (level 2 unless told)."""
+    lines = [f"{'#' * level} {escape(t.title)}", ""]
     if t.note:
         lines += [escape_line(t.note), ""]
     if not t.rows:
@@ -56,18 +57,18 @@ def table(t: Table) -> str:
 
 def failures_section(failures: Sequence[Mapping[str, Any]]) -> str:
     """Return the failures, each with its message and replay command."""
-    lines = ["## Failures", ""]
+    lines = ["## Finding details", ""]
     if not failures:
         return "\n".join([*lines, "_None._", ""])
     for n, failure in enumerate(failures[: content.FAILURES_SHOWN], start=1):
         lines += [f"### {n}. {escape(content.failure_title(failure))}", ""]
         if failure.get("case"):
             lines += [f"Case: {escape(str(failure['case']))}", ""]
-        lines += [fenced(str(failure.get("message") or "(no message)")), ""]
         if failure.get("replay"):
             lines += ["Replay:", "", fenced(str(failure["replay"]), "sh"), ""]
         else:
             lines += [escape_line(content.NO_REPLAY), ""]
+        lines += [fenced(str(failure.get("message") or "(no message)")), ""]
     if len(failures) > content.FAILURES_SHOWN:
         more = len(failures) - content.FAILURES_SHOWN
         lines += [f"_{more} more failures are listed in run.json._", ""]
@@ -94,11 +95,17 @@ def render_markdown(document: Mapping[str, Any], plots: Sequence[str] = ()) -> s
     warning = content.incomplete_warning(document)
     if warning:
         parts += [f"> **Warning:** {escape(warning)}", ""]
-    parts += [
-        table(content.environment_table(document)),
-        table(content.verdicts_table(document)),
-        table(content.distributions_table(document)),
-    ]
+    parts += [f"- {escape_line(line)}" for line in content.glance(document)] + [""]
+    if document["failures"]:
+        parts.append(table(content.findings_table(document)))
+    parts += [table(content.map_table(vmap)) for vmap in verdict_maps(document)]
+    if document["failures"]:
+        parts.append(failures_section(document["failures"]))
+    pairs = content.side_by_side_tables(document)
+    if pairs:
+        parts += ["## Kernels side by side", ""]
+        for summary, per_case in pairs:
+            parts += [table(summary, level=3), table(per_case, level=4)]
     parts += ["## Plots", ""]
     for path in plots:
         caption = content.PLOT_CAPTIONS.get(path.rsplit("/", 1)[-1], "")
@@ -106,9 +113,11 @@ def render_markdown(document: Mapping[str, Any], plots: Sequence[str] = ()) -> s
     if not plots:
         parts += ["_No scored cases to plot._", ""]
     parts += [
+        table(content.distributions_table(document)),
+        table(content.verdicts_table(document)),
         table(content.worst_cases_table(document)),
-        failures_section(document["failures"]),
         table(content.kernels_table(document)),
         table(content.recipes_table(document)),
+        table(content.environment_table(document)),
     ]
     return "\n".join(parts).rstrip() + "\n"

@@ -33,6 +33,9 @@ TENSOR_ORDER = (
 """Report order of the tensors; others follow, by name."""
 WORST_CASES = 10
 """Rows of the worst-cases table."""
+BIASED_T = 4.0
+"""A case's tensor counts as biased when its |bias_t| exceeds this (a 4-sigma excursion for
+unbiased independent rounding; `linattn_verify.compare.oracle.signed_bias`)."""
 UNDECIDED = frozenset({"undefined", "out_of_contract", "ill_conditioned", "not_run"})
 """Case statuses that are neither a pass nor a defect, nor a property that did not apply."""
 
@@ -94,7 +97,10 @@ def distributions(cases: Iterable[CaseRecord]) -> list[dict[str, Any]]:
     Only comparisons against the oracle count. ``r`` and ``rho`` are the max, p99.9 and median
     over the group's comparisons of their largest r (and ρ); ``eta`` is the largest η;
     ``element`` holds the element-level figures: the largest per-case p99.9 of r and the median
-    of per-case median ρ. Cases the property did not apply to are left out.
+    of per-case median ρ; ``ulps`` (16-bit outputs, else `None`) the mean shares of correctly
+    and faithfully rounded elements and the largest error in ulps; ``bias`` the mean signed
+    bias Σ(x̂ - x)/ΣB and the share of cases whose |t| exceeds `BIASED_T`. Cases the property
+    did not apply to are left out.
     """
     groups: dict[tuple[str, str | None, str, str], dict[str, list[float]]] = {}
     for record in cases:
@@ -106,6 +112,11 @@ def distributions(cases: Iterable[CaseRecord]) -> list[dict[str, Any]]:
             s = comparison.scores
             named = {"r": s.r, "rho": s.rho, "eta": s.eta, "p999_r": s.p999_r}
             named["median_rho"] = s.median_rho
+            named["correctly_rounded"] = s.correctly_rounded
+            named["faithfully_rounded"] = s.faithfully_rounded
+            named["max_ulps"] = s.max_ulps
+            named["bias"] = s.bias
+            named["biased"] = None if s.bias_t is None else float(abs(s.bias_t) > BIASED_T)
             group.setdefault("cases", []).append(1.0)
             for name, value in named.items():
                 if value is not None:
@@ -118,23 +129,47 @@ def distributions(cases: Iterable[CaseRecord]) -> list[dict[str, Any]]:
     for key in order:
         group = groups[key]
         median_rho = group.get("median_rho", [])
-        out.append(
-            {
-                "kernel": key[0],
-                "form": key[1],
-                "dtype": key[2],
-                "tensor": key[3],
-                "cases": len(group["cases"]),
-                "r": _stats(group.get("r", [])),
-                "rho": _stats(group.get("rho", [])),
-                "eta": _largest(group.get("eta", [])),
-                "element": {
-                    "p999_r": _largest(group.get("p999_r", [])),
-                    "median_rho": statistics.median(median_rho) if median_rho else None,
-                },
-            }
-        )
+        entry: dict[str, Any] = {
+            "kernel": key[0],
+            "form": key[1],
+            "dtype": key[2],
+            "tensor": key[3],
+            "cases": len(group["cases"]),
+            "r": _stats(group.get("r", [])),
+            "rho": _stats(group.get("rho", [])),
+            "eta": _largest(group.get("eta", [])),
+            "element": {
+                "p999_r": _largest(group.get("p999_r", [])),
+                "median_rho": statistics.median(median_rho) if median_rho else None,
+            },
+        }
+        # Written only where measured, so documents of older runs keep their exact shape.
+        measured = {"ulps": _ulps(group), "bias": _bias(group)}
+        entry.update({k: v for k, v in measured.items() if v is not None})
+        out.append(entry)
     return out
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _ulps(group: Mapping[str, list[float]]) -> dict[str, float | None] | None:
+    """Ulp figures of a 16-bit output over the cases: mean shares and the worst error."""
+    if not group.get("max_ulps"):
+        return None
+    return {
+        "correctly_rounded": _mean(group.get("correctly_rounded", [])),
+        "faithfully_rounded": _mean(group.get("faithfully_rounded", [])),
+        "max": _largest(group["max_ulps"]),
+    }
+
+
+def _bias(group: Mapping[str, list[float]]) -> dict[str, float | None] | None:
+    """The signed bias over the cases: its mean, and the share of cases biased past `BIASED_T`."""
+    if not group.get("bias"):
+        return None
+    return {"mean": _mean(group["bias"]), "biased_share": _mean(group.get("biased", []))}
 
 
 def _failure_entry(
@@ -145,8 +180,10 @@ def _failure_entry(
     message: str,
     failure_file: str | None,
     occurrences: int,
+    record: CaseRecord | None = None,
 ) -> dict[str, Any]:
     return {
+        **({} if record is None else finding_evidence(record)),
         "kernel": kernel,
         "property": prop,
         "properties": [prop],
@@ -156,6 +193,28 @@ def _failure_entry(
         "failure_file": failure_file,
         "replay": replay_command(failure_file),
         "occurrences": occurrences,
+    }
+
+
+def finding_evidence(record: CaseRecord) -> dict[str, Any]:
+    """What a failed case shows at a glance: severity, and the tensor and score that decided.
+
+    ``severity``: ``"realistic"`` or ``"extreme-range"`` (`linattn_verify.triage.severity`) for
+    a failed comparison, the worse one when several failed; ``"kernel failure"`` when the kernel
+    raised or broke the calling convention (no comparison failed); ``"harness error"`` for a
+    bug of ours on the case.
+    """
+    if record.error:
+        return {"severity": "harness error"}
+    failed = [c for c in record.comparisons if not c.ok]
+    if not failed:
+        return {"severity": "kernel failure"}
+    worst = max(failed, key=lambda c: worst_first(c.deciding))
+    realistic = any(c.severity in (None, "realistic") for c in failed)
+    return {
+        "severity": "realistic" if realistic else "extreme-range",
+        "tensor": worst.tensor,
+        "score": worst.deciding,
     }
 
 
@@ -261,6 +320,7 @@ def failures(
             failure_message(record),
             record.failure_file,
             1 if previous is None else previous["occurrences"] + 1,
+            record,
         )
         causes[key] = root_causes(record)
     seen = {(k[0], k[1]) for k in found}

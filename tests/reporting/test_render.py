@@ -35,7 +35,13 @@ def test_a_passing_run_renders_markdown_and_a_self_contained_page(
         for c in record.comparisons:
             cells = (record.kernel, str(record.form), record.dtype, c.tensor)
             assert "| " + " | ".join(escape(cell) for cell in cells) + " |" in markdown
-    assert "## Failures\n\n_None._" in markdown
+    assert "- No findings: no case failed." in markdown
+    assert "## Findings" not in markdown
+    # The answer comes before the evidence: verdict, glance, map, then plots, then tables.
+    order = ["**PASSED", "Nearest the fail line", "## Verdict map: linear\\_attn", "## Plots"]
+    order += ["## Score distributions", "## Environment"]
+    places = [markdown.index(heading) for heading in order]
+    assert places == sorted(places)
     # Self-contained: the plots are data URIs, nothing is fetched, nothing runs.
     sources = images(page)
     assert len(sources) == len(PLOTS)
@@ -62,12 +68,19 @@ def test_a_failing_run_shows_its_failures_with_replay_commands(
     page = (directory / "report.html").read_text()
     assert markdown.startswith("# linattn-verify accuracy report\n\n**FAILED")
     assert "### 1. bug/scaled · outputs\\_match\\_oracle · float32 (2 failing cases" in markdown
+    # Findings first: their table and replay lines come before the map and the plots.
+    assert (
+        markdown.index("## Findings")
+        < markdown.index("## Verdict map")
+        < markdown.index("## Plots")
+    )
+    assert "1 finding in 1 kernel: bug/scaled" in markdown
     assert f"```sh\nlinattn-verify replay {failure_file}\n```" in markdown
     # The message is the last (minimal) failing case's report.
     assert fenced(broken_records[-1].result.report()) in markdown
     assert "bug/scaled o is not close to the float64 oracle!" in markdown
-    assert 'class="headline failed"' in page
-    assert f"<pre>linattn-verify replay {failure_file}</pre>" in page
+    assert 'class="headline verdict-failed"' in page
+    assert f'<pre class="replay">linattn-verify replay {failure_file}</pre>' in page
     # The worst-cases table names the tensor that decided the case.
     row = f'<tr class="fail"><td class="num">1</td><td>bug/scaled</td><td>{worst.property}</td>'
     assert row in page

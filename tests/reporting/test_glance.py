@@ -1,0 +1,165 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""What a report says at a glance: the verdict map's cells, kernels side by side, the bias."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from linattn_verify.compare.oracle import signed_bias
+from linattn_verify.reporting import load_run
+from linattn_verify.reporting.content import glance, headroom_text
+from linattn_verify.reporting.side_by_side import side_by_side
+from linattn_verify.reporting.summary import distributions
+from linattn_verify.reporting.verdict_map import BANDS, band, nearest, verdict_maps
+from linattn_verify.results import FAIL_THRESHOLD, CaseRecord, Scores
+from tests.reporting.conftest import comparison, record
+
+
+def document_of(write_run: Any, records: list[CaseRecord]) -> dict[str, Any]:
+    return load_run(write_run("doc", records, render=False))
+
+
+@pytest.mark.parametrize("r", [0.0, 0.05, 0.1, 0.3, 0.5, 0.99, 1.0, 1.5, 2.0])
+def test_a_score_within_the_fail_line_gets_the_band_of_its_headroom(r: float) -> None:
+    name = band(r)
+    limits = {n: limit for n, limit, _ in BANDS}
+    assert r <= limits[name]
+    lower = [limit for n, limit, _ in BANDS if limit < limits[name]]
+    assert all(r > limit for limit in lower)
+
+
+@pytest.mark.parametrize("r", [2.0001, 40.0, math.inf, math.nan])
+def test_a_score_past_the_fail_line_or_non_finite_is_failed(r: float) -> None:
+    assert band(r) == "failed"
+    assert headroom_text(r) in ("failed", "-")
+
+
+def test_each_cell_is_the_worst_r_of_its_tensor_or_says_why_there_is_none(write_run: Any) -> None:
+    records = [
+        record("k/a", "chunk", 8, "float32", [comparison("o", "k/a", 0.03)]),
+        record("k/a", "chunk", 9, "float32", [comparison("o", "k/a", 0.7)]),
+        record("k/a", "chunk", 9, "float32", [comparison("dq", "k/a", 0.2)], seed=1),
+        # Held, but the bound on dq certified nothing: counted in dq's cell.
+        record(
+            "k/a",
+            "chunk",
+            5,
+            "float32",
+            [comparison("dq", "k/a", 0.01)],
+            status="ill_conditioned",
+            reason="dq: the bound reaches 3x the largest |value|",
+            seed=2,
+        ),
+        record("k/b", "chunk", 8, "float32", [comparison("o", "k/b", 5.0)]),
+        # The kernel raised: no comparison, yet the case failed.
+        record("k/c", "chunk", 8, "float32", [], status="failed", reason="RuntimeError: boom"),
+        record("k/d", "chunk", 8, "float32", [], status="undefined", reason="o: 0/0"),
+    ]
+    (vmap,) = verdict_maps(document_of(write_run, records))
+    assert vmap.family == "linear_attn"
+    assert vmap.tensors == ("o", "dq")
+    cells = {
+        (kernel, tensor): cell
+        for kernel, _, row in vmap.rows
+        for tensor, cell in zip(vmap.tensors, row, strict=True)
+    }
+    assert cells["k/a", "o"].r == 0.7
+    assert cells["k/a", "o"].kind == band(0.7)
+    assert cells["k/a", "o"].cases == 2
+    assert cells["k/a", "dq"].r == 0.2
+    assert cells["k/a", "dq"].undecided == {"ill_conditioned": 1}
+    assert not cells["k/a", "o"].undecided
+    assert cells["k/b", "o"].kind == "failed"
+    assert cells["k/b", "o"].headroom == pytest.approx(FAIL_THRESHOLD / 5.0)
+    assert cells["k/b", "dq"].kind == "not_applicable"
+    assert cells["k/c", "o"].kind == "failed"
+    assert cells["k/c", "o"].r is None
+    assert cells["k/d", "o"].kind == "undefined"
+    assert cells["k/d", "o"].text() == "undefined"
+    # Nearest the fail line first, and the glance names it.
+    kernel, _, tensor, cell = nearest(document_of(write_run, records))[0]
+    assert (kernel, tensor, cell.r) == ("k/b", "o", 5.0)
+    assert any(
+        "k/b float32 o: r = 5 (FAILED)" in line for line in glance(document_of(write_run, records))
+    )
+
+
+def test_kernels_that_ran_the_same_case_are_set_side_by_side(write_run: Any) -> None:
+    same = {"seed": 7}
+    records = [
+        record("k/a", "chunk", 8, "float32", [comparison("o", "k/a", 0.3)], **same),
+        record("k/b", "recurrent", 8, "float32", [comparison("o", "k/b", 0.1)], **same),
+        record("k/a", "chunk", 12, "float32", [comparison("o", "k/a", 0.05)], seed=8),
+        record("k/b", "recurrent", 12, "float32", [comparison("o", "k/b", 0.4)], seed=8),
+        # Only one kernel ran this one: nothing to compare.
+        record("k/a", "chunk", 16, "float32", [comparison("o", "k/a", 0.9)], seed=9),
+    ]
+    # The case text names the kernel in these records: make it the same case on both.
+    records = [CaseRecord(**{**r.__dict__, "case": r.case.replace(r.kernel, "k")}) for r in records]
+    (group,) = side_by_side(document_of(write_run, records))
+    assert group.kernels == ("k/a", "k/b")
+    assert [c.T for c in group.cases] == [8, 12]
+    summaries = {s.kernel: s for s in group.summaries}
+    assert summaries["k/a"].worst == 0.3
+    assert summaries["k/b"].worst == 0.4
+    assert summaries["k/a"].most_accurate == 1
+    assert summaries["k/b"].most_accurate == 1
+    assert summaries["k/a"].median == pytest.approx((0.3 + 0.05) / 2)
+
+
+def test_no_shared_case_no_side_by_side(write_run: Any) -> None:
+    records = [
+        record("k/a", "chunk", 8, "float32", [comparison("o", "k/a", 0.3)]),
+        record("k/b", "chunk", 8, "float32", [comparison("o", "k/b", 0.3)]),
+    ]
+    assert side_by_side(document_of(write_run, records)) == []
+
+
+def test_unbiased_rounding_has_a_small_t_and_truncation_a_large_one() -> None:
+    generator = torch.Generator().manual_seed(0)
+    exact = torch.randn(4096, dtype=torch.float64, generator=generator) * 3
+    nearest_bf16 = exact.to(torch.bfloat16).double()
+    # Truncation toward minus infinity: the float just below, when the nearest is above.
+    below = torch.where(
+        nearest_bf16 > exact,
+        torch.nextafter(
+            nearest_bf16.to(torch.bfloat16), torch.tensor(-math.inf, dtype=torch.bfloat16)
+        ).double(),
+        nearest_bf16,
+    )
+    bound = exact.abs() * 2.0**-8
+    everywhere = torch.ones_like(exact, dtype=torch.bool)
+    bias, t = signed_bias(nearest_bf16 - exact, bound, everywhere)
+    assert bias is not None
+    assert t is not None
+    assert abs(t) < 4
+    assert abs(bias) < 0.05
+    bias, t = signed_bias(below - exact, bound, everywhere)
+    assert bias is not None
+    assert t is not None
+    assert t < -0.5 * math.sqrt(exact.numel())
+    assert bias < -0.2
+    assert signed_bias(exact, bound, torch.zeros_like(everywhere)) == (None, None)
+
+
+def test_distributions_carry_ulps_and_bias_where_measured() -> None:
+    scores = Scores(
+        r=0.5, correctly_rounded=0.9, faithfully_rounded=1.0, max_ulps=0.8, bias=0.1, bias_t=5.0
+    )
+    biased = comparison("o", "k/a", 0.5)
+    measured = [
+        record(
+            "k/a", "chunk", 8, "bfloat16", [type(biased)(**{**biased.__dict__, "scores": scores})]
+        ),
+        record("k/a", "chunk", 9, "bfloat16", [comparison("o", "k/a", 0.2)]),
+    ]
+    (row,) = distributions(measured)
+    assert row["ulps"] == {"correctly_rounded": 0.9, "faithfully_rounded": 1.0, "max": 0.8}
+    assert row["bias"] == {"mean": 0.1, "biased_share": 1.0}
+    (plain,) = distributions(measured[1:])
+    assert "ulps" not in plain
+    assert "bias" not in plain
