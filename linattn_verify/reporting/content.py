@@ -25,6 +25,9 @@ PLOT_CAPTIONS = {
     "the dotted guide is ∝ √T.",
     "histograms.png": "Histograms of each case's worst r, per dtype, one curve per form.",
     "forms.png": "Parallel, chunked and recurrent side by side: max r per tensor over the cases.",
+    "side_by_side.png": "Kernels of one family on the same cases: each grey line is one case "
+    "across the kernels that took it, the black bar each kernel's median r; lower is more "
+    "accurate.",
 }
 
 

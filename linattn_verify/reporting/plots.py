@@ -7,6 +7,7 @@
   with a √T guide (docs/error-model.md §7: ρ is about √c, and c grows with T).
 - ``histograms.png``: the distribution of each case's worst r per dtype, one curve per form.
 - ``forms.png``: parallel, chunked and recurrent side by side, per dtype and tensor.
+- ``side_by_side.png``: kernels of one family on the same cases (`reporting.side_by_side`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from linattn_verify.reporting.side_by_side import SideBySide, side_by_side
 from linattn_verify.reporting.summary import TENSOR_ORDER, cases_of, oracle_comparisons
 from linattn_verify.results import CaseRecord, worst_of
 from linattn_verify.typing import DTYPE_NAMES, FORMS
@@ -337,19 +339,61 @@ def _forms(points: list[_Point]) -> bytes:
     return _png(figure)
 
 
+def _side_by_side(groups: Sequence[SideBySide]) -> bytes:
+    """One panel per family and dtype: each shared case a line across the kernels that ran it."""
+    widest = max(len(g.kernels) for g in groups)
+    figure, axes = _grid(len(groups), 1, max(4.0, 1.3 * widest), 2.0, bottom=1.1)
+    for ax, group in zip((row[0] for row in axes), groups, strict=True):
+        place = {k: i for i, k in enumerate(group.kernels)}
+        for case in group.cases:
+            ran = [k for k in group.kernels if k in case.scores]
+            ax.plot(
+                [place[k] for k in ran],
+                [_clamp(_raw(case.scores[k])) for k in ran],
+                "-o",
+                color="0.55",
+                alpha=0.5,
+                markersize=3,
+                linewidth=0.8,
+            )
+        for summary in group.summaries:
+            x = place[summary.kernel]
+            ax.plot([x - 0.25, x + 0.25], [_clamp(summary.median)] * 2, color="black", linewidth=2)
+        ax.set_xticks(
+            range(len(group.kernels)),
+            [_label(k, 28) for k in group.kernels],
+            fontsize=7,
+            rotation=20,
+            ha="right",
+        )
+        ax.set_xlim(-0.5, len(group.kernels) - 0.5)
+        _log_axis(ax)
+        ax.axhline(1.0, color="0.4", linestyle=":", linewidth=0.8)
+        ax.axhline(2.0, color="#d62728", linestyle="--", linewidth=0.8)
+        ax.set_ylabel(f"{_label(group.family)} {group.dtype}: r", fontsize=8)
+        ax.tick_params(axis="y", which="both", labelsize=7)
+    figure.suptitle("Kernels on the same cases: r per case (lines), median (bars)", fontsize=10)
+    return _png(figure)
+
+
 def render_plots(document: Mapping[str, Any]) -> dict[str, bytes]:
     """Draw the report's plots for a run document.
 
     Returns:
         PNG bytes by file name (``error_vs_T.png``, ``rho_vs_T.png``, ``histograms.png``,
-        ``forms.png``); empty when no case was scored.
+        ``forms.png``, and ``side_by_side.png`` when kernels shared cases); empty when no case
+        was scored.
     """
     points = _points(cases_of(document))
     if not points:
         return {}
-    return {
+    plots = {
         "error_vs_T.png": _versus_T(points, rho=False),
         "rho_vs_T.png": _versus_T(points, rho=True),
         "histograms.png": _histograms(points),
         "forms.png": _forms(points),
     }
+    groups = side_by_side(document)
+    if groups:
+        plots["side_by_side.png"] = _side_by_side(groups)
+    return plots

@@ -163,3 +163,19 @@ def test_distributions_carry_ulps_and_bias_where_measured() -> None:
     (plain,) = distributions(measured[1:])
     assert "ulps" not in plain
     assert "bias" not in plain
+
+
+def test_shared_cases_get_their_section_and_plot(write_run: Any) -> None:
+    records = [
+        record(kernel, "chunk", T, "float32", [comparison("o", kernel, r)], seed=T)
+        for kernel, T, r in [("k/a", 8, 0.3), ("k/b", 8, 0.1), ("k/a", 12, 0.05), ("k/b", 12, 0.4)]
+    ]
+    records = [CaseRecord(**{**r.__dict__, "case": r.case.replace(r.kernel, "k")}) for r in records]
+    directory = write_run("shared", records)
+    markdown = (directory / "report.md").read_text()
+    assert "## Kernels side by side" in markdown
+    assert "### linear\\_attn · float32: 2 shared cases" in markdown
+    assert "| k/a | 2 | 0.175 | 0.3 | 1 of 2 |" in markdown
+    assert (directory / "plots" / "side_by_side.png").read_bytes().startswith(b"\x89PNG")
+    page = (directory / "report.html").read_text()
+    assert page.count('<img alt="Kernels of one family on the same cases') == 1
