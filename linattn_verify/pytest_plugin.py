@@ -22,6 +22,12 @@ Hypothesis profiles (select with Hypothesis's own ``--hypothesis-profile NAME``)
   printed; it replaces the ``ci`` profile Hypothesis loads by itself when ``CI`` is set.
 * ``gpu``: 300 examples. * ``nightly``: 2000 examples. * ``debug``: verbose.
 
+At the end of a session the plugin prints a short section, ``linattn-verify: worst headroom per
+kernel``: for each kernel a property exercised through `linattn_verify.running.check_property`
+(against the oracle), the worst deciding score r (error over bound; fails above 2), the headroom
+``2 / r`` (how many times the error could grow before failing) and where it was reached. Under
+xdist each worker collects its own and sends it to the controller, which prints the merge.
+
 Every profile has ``deadline=None``: the first call of a Triton kernel compiles (or, under the
 interpreter, is slow), which would trip any deadline.
 
@@ -35,16 +41,18 @@ xdist, nothing changes.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, Verbosity, settings
 
+from linattn_verify import observe
 from linattn_verify._device import package_version
 
 if TYPE_CHECKING:
@@ -93,6 +101,77 @@ DEFAULT_KERNELS = ("*",)
 DEFAULT_FAILURES = ".linattn-failures"
 _FAILURES_DIR = pytest.StashKey[Path]()
 _PREVIOUS_DIR = pytest.StashKey["Path | None"]()
+_HEADROOM = pytest.StashKey["Headroom"]()
+_STOP_OBSERVING = pytest.StashKey["Callable[[], None]"]()
+_WORKER_KEY = "linattn_verify_headroom"
+HEADROOM_TITLE = "linattn-verify: worst headroom per kernel"
+
+
+class Headroom:
+    """The worst oracle comparison per kernel seen in a session (what the summary prints).
+
+    A kernel's entry is ``{"r", "property", "tensor", "dtype"}``: the largest deciding score r
+    of its comparisons against the oracle, and where it was reached. Plain values, so a worker
+    can send them to the controller (`merge`).
+    """
+
+    def __init__(self) -> None:
+        self.worst: dict[str, dict[str, Any]] = {}
+
+    def observe(self, result: Any, spec: Any) -> None:
+        """Keep ``result``'s worst oracle comparison if it is its kernel's worst so far."""
+        # A pytester session nested in this one (in-process) collects for itself alone.
+        if not _ACTIVE or _ACTIVE[-1] is not self:
+            return
+        worst = observe.oracle_worst(result)
+        if worst is None:
+            return
+        dtype = getattr(spec, "dtype", None)
+        self.merge(
+            {
+                result.kernel: {
+                    "r": float(worst.deciding),
+                    "property": result.property,
+                    "tensor": worst.tensor,
+                    "dtype": None if dtype is None else str(dtype),
+                }
+            }
+        )
+
+    def merge(self, worst: Mapping[str, Mapping[str, Any]]) -> None:
+        """Take in another collection's entries (a worker's), keeping each kernel's worst."""
+        for kernel, entry in worst.items():
+            known = self.worst.get(kernel)
+            if known is None or _rank(entry["r"]) > _rank(known["r"]):
+                self.worst[kernel] = dict(entry)
+
+    def lines(self) -> list[str]:
+        """The summary's lines, worst first; none when no property ran."""
+        if not self.worst:
+            return []
+        rows = sorted(self.worst.items(), key=lambda item: -_rank(item[1]["r"]))
+        # Aligned up to a width: a check's kernel is named by its path, which may be long.
+        width = min(32, max(len(kernel) for kernel, _ in rows))
+        lines = []
+        for kernel, entry in rows:
+            where = ", ".join(
+                str(x) for x in (entry["property"], entry["tensor"], entry["dtype"]) if x
+            )
+            lines.append(
+                f"{kernel:{width}s}  r {entry['r']:<9.3g} headroom "
+                f"{observe.format_headroom(entry['r']):7s} {where}"
+            )
+        lines.append("r = error / bound against the oracle (fails above 2); headroom = 2 / r")
+        return lines
+
+
+_ACTIVE: list[Headroom] = []
+"""The collections of the sessions configured in this process, innermost last."""
+
+
+def _rank(score: float) -> float:
+    """A score to sort by: NaN is the worst."""
+    return math.inf if math.isnan(score) else score
 
 
 def _kernel_patterns(text: str) -> tuple[str, ...]:
@@ -220,6 +299,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_PREVIOUS_DIR] = failures._directory
     config.stash[_FAILURES_DIR] = directory
     failures.set_failures_directory(directory)
+    headroom = Headroom()
+    _ACTIVE.append(headroom)
+    config.stash[_HEADROOM] = headroom
+    config.stash[_STOP_OBSERVING] = observe.add_observer(headroom.observe)
     # Without --hypothesis-profile, CI gets our ``ci`` and everything else ``dev``: Hypothesis's
     # ``default`` has a 200 ms deadline, which the interpreter's first calls always exceed.
     if not config.getoption("hypothesis_profile", None):
@@ -227,7 +310,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Restore the failures directory (pytester runs nest sessions in one process)."""
+    """Restore the failures directory, stop observing (pytester nests sessions in a process)."""
+    if _STOP_OBSERVING in config.stash:
+        config.stash[_STOP_OBSERVING]()
+        if config.stash[_HEADROOM] in _ACTIVE:
+            _ACTIVE.remove(config.stash[_HEADROOM])
     if _PREVIOUS_DIR in config.stash:
         from linattn_verify import failures
 
@@ -308,3 +395,31 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"linattn-verify kernels: {','.join(config.getoption('linattn_kernels'))}, "
         f"failures: {config.stash.get(_FAILURES_DIR, DEFAULT_FAILURES)}",
     ]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker, send the worst headroom per kernel to the controller."""
+    config = session.config
+    output = getattr(config, "workeroutput", None)
+    if output is not None and _HEADROOM in config.stash:
+        output[_WORKER_KEY] = config.stash[_HEADROOM].worst
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """On the xdist controller, merge what a finished worker collected."""
+    worst = getattr(node, "workeroutput", {}).get(_WORKER_KEY)
+    if worst and _HEADROOM in node.config.stash:
+        node.config.stash[_HEADROOM].merge(worst)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Print the worst headroom per kernel (nothing when no property ran)."""
+    if _HEADROOM not in config.stash or hasattr(config, "workerinput"):
+        return
+    lines = config.stash[_HEADROOM].lines()
+    if not lines:
+        return
+    terminalreporter.write_sep("-", HEADROOM_TITLE)
+    for line in lines:
+        terminalreporter.write_line(line)

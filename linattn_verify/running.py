@@ -19,17 +19,18 @@ import fnmatch
 import importlib.util
 import math
 import os
-import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.failures import PropertyFn, failures_directory, save_failure
 from linattn_verify.families import FAMILIES, family_of, is_case
 from linattn_verify.kernel import Kernel
+from linattn_verify.observe import notify
 from linattn_verify.registry import AnyKernel, registered_kernels
 from linattn_verify.results import CaseRecord, PropertyResult
 from linattn_verify.strategies import ProblemSpec
@@ -102,6 +103,8 @@ def check_property(
         )
     if steer and currently_in_test_context():
         _steer(result)
+    # Who watches the results (the pytest plugin's headroom summary); nobody, usually.
+    notify(result, spec)
     if result.ok:
         return result
     raise violation(result, spec, kernel, directory=directory)
@@ -177,7 +180,20 @@ RUN_HEAD_DIM = 12
 
 @dataclass(frozen=True)
 class GroupSettings:
-    """How `run_group` draws and judges the cases of one group."""
+    """How `run_group` draws and judges the cases of one group.
+
+    Attributes:
+        examples: Cases drawn for the group's kernel.
+        max_seq_len: Longest T drawn.
+        seed: Seed of every draw.
+        backward: Judge the gradients too (kernels with a backward pass).
+        failures_dir: Where failing cases are saved. Default: `None` (not saved).
+        gates: Gate shapes drawn. Default: all.
+        peers: Names of the run's kernels: those of the group's family and dtype are its peers
+            for the side-by-side cases. Default: `()` (none).
+        side_by_side: Cases taken from each peer's own draw and run on every other peer that
+            takes them, so kernels are compared on the same cases. Default: `0` (none).
+    """
 
     examples: int
     max_seq_len: int
@@ -185,6 +201,8 @@ class GroupSettings:
     backward: bool
     failures_dir: Path | None = None
     gates: tuple[Gate, ...] = GATES
+    peers: tuple[str, ...] = ()
+    side_by_side: int = 0
 
 
 def takes_gates(kernel: Kernel, gates: Sequence[Gate]) -> bool:
@@ -268,9 +286,6 @@ def run_group(
     A case the harness itself fails on is emitted as a failed record with the error, and the
     group goes on.
     """
-    from hypothesis import Phase, given, seed
-    from hypothesis import settings as hypothesis_settings
-
     family = family_of(kernel)
     one_dtype = family.narrowed(kernel, dtype, settings.gates)
     if one_dtype is None:
@@ -282,48 +297,135 @@ def run_group(
         one_dtype, max_seq_len=settings.max_seq_len, max_head_dim=RUN_HEAD_DIM, realistic=False
     )
 
-    @seed(settings.seed)
-    @hypothesis_settings(
-        max_examples=settings.examples,
-        database=None,
-        deadline=None,
-        phases=[Phase.explicit, Phase.generate],
-    )
-    @given(spec=cases)
-    def one(spec: ProblemSpec) -> None:
+    seen: set[str] = set()
+
+    def judge(spec: ProblemSpec, *, shared: bool) -> None:
         started = time.perf_counter()
+        seen.add(spec.describe())
         try:
             record = verify_case(
                 kernel, spec, backward=backward, failures_dir=settings.failures_dir
             )
         except Exception as exc:  # a harness error on this case: report it, keep going
             record = harness_error(kernel, spec, prop, exc, time.perf_counter() - started)
-        emit(record)
+        # A peer's case this kernel does not take is no comparison: it is left out.
+        if not (shared and record.status == "not_applicable"):
+            emit(record)
 
-    one()
+    for spec in drawn_cases(cases, settings.examples, settings.seed):
+        judge(spec, shared=False)
+    for spec in side_by_side_cases(kernel, dtype, settings):
+        if spec.describe() not in seen:
+            judge(spec, shared=True)
+
+
+def drawn_cases(strategy: Any, examples: int, seed_value: int) -> list[Any]:
+    """The cases Hypothesis draws from ``strategy`` with this seed, ``examples`` at most.
+
+    The draw does not depend on what is done with the cases (nothing steers it), so the same
+    strategy and seed give the same list in every process.
+    """
+    from hypothesis import Phase, given, seed
+    from hypothesis import settings as hypothesis_settings
+
+    drawn: list[Any] = []
+
+    @seed(seed_value)
+    @hypothesis_settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+    )
+    @given(spec=strategy)
+    def collect(spec: Any) -> None:
+        drawn.append(spec)
+
+    collect()
+    return drawn
+
+
+_SHARED: dict[tuple[str, str, GroupSettings], list[Any]] = {}
+
+
+def side_by_side_cases(kernel: AnyKernel, dtype: str, settings: GroupSettings) -> list[Any]:
+    """The side-by-side cases of ``kernel``'s family and ``dtype`` (`GroupSettings`).
+
+    Each peer (a kernel of ``settings.peers`` of the same family that takes ``dtype`` and the
+    gates) contributes ``settings.side_by_side`` cases spread over its own draw (the first
+    drawn cases are Hypothesis's simplest, so they are not the ones taken), in peer-name order,
+    without repeats. The same settings give the same list in every process (cached per process).
+    """
+    if not settings.side_by_side or not settings.peers:
+        return []
+    family = family_of(kernel)
+    key = (family.name, dtype, settings)
+    if key not in _SHARED:
+        pool: dict[str, Any] = {}
+        for peer in sorted(select_kernels(settings.peers), key=lambda k: k.name):
+            narrowed = (
+                family.narrowed(peer, dtype, settings.gates) if peer.family == family.name else None
+            )
+            if narrowed is None or dtype not in peer.capabilities.dtypes:
+                continue
+            strategy = family.cases_for(
+                narrowed,
+                max_seq_len=settings.max_seq_len,
+                max_head_dim=RUN_HEAD_DIM,
+                realistic=False,
+            )
+            drawn = drawn_cases(strategy, settings.examples, settings.seed)
+            step = max(1, len(drawn) // settings.side_by_side)
+            for spec in drawn[::-1][::step][: settings.side_by_side]:
+                pool.setdefault(spec.describe(), spec)
+        _SHARED[key] = list(pool.values())
+    return _SHARED[key]
+
+
+_PROGRESS_QUEUE: Any = None
+"""Where a worker process sends word of each case (`send_progress_to`); `None`: nowhere."""
+
+
+def send_progress_to(queue: Any) -> None:
+    """Make this worker process's `run_group_in_worker` put each case on ``queue``.
+
+    The initializer of ``run --workers N``'s pool: a worker prints nothing (the parent's bar
+    would be scribbled over); it puts ``(kernel_name, dtype, ok, progress_line)`` on ``queue``
+    (a `multiprocessing` queue, which only process creation can hand over) as each case ends.
+    """
+    global _PROGRESS_QUEUE
+    _PROGRESS_QUEUE = queue
 
 
 def run_group_in_worker(kernel_name: str, dtype: str, settings: GroupSettings) -> list[CaseRecord]:
-    """`run_group` in a worker process, by kernel name (kernels hold closures: not picklable)."""
+    """`run_group` in a worker process, by kernel name (kernels hold closures: not picklable).
+
+    Each case is also put on the queue of `send_progress_to`, when there is one.
+    """
     records: list[CaseRecord] = []
     (kernel,) = [k for k in select_kernels([kernel_name]) if k.name == kernel_name]
 
     def emit(record: CaseRecord) -> None:
         records.append(record)
-        sys.stdout.write(progress_line(record) + "\n")
-        sys.stdout.flush()
+        if _PROGRESS_QUEUE is not None:
+            _PROGRESS_QUEUE.put((kernel_name, dtype, record.ok, progress_line(record)))
 
     run_group(kernel, dtype, settings, emit)
     return records
 
 
 def progress_line(record: CaseRecord) -> str:
-    """One line saying how a case went."""
+    """One line saying how a case went: its deciding score r against the bound, and where.
+
+    ``  ok   torch/chunk            float32  T=6     r 0.0124 on o                (0.0s)``
+    """
     status = "ok  " if record.ok else "FAIL"
     worst = record.worst
-    where = "" if worst is None else f" worst {worst.tensor} {worst.deciding:.3g}"
+    where = "" if worst is None else f"r {worst.deciding:<8.3g} on {worst.tensor}"
+    if record.status not in ("held", "failed"):
+        where = f"{record.status} {where}".strip()
     return (
-        f"  {status} {record.kernel:16s} {record.dtype:8s} T={record.T:<5d}{where} "
+        f"  {status} {record.kernel:22s} {record.dtype:8s} T={record.T:<5d} {where:24s} "
         f"({record.seconds:.1f}s)"
     )
 
@@ -337,6 +439,8 @@ __all__ = [
     "run_group",
     "run_group_in_worker",
     "select_kernels",
+    "send_progress_to",
+    "side_by_side_cases",
     "takes_gates",
     "verify_case",
     "violation",

@@ -201,6 +201,13 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print the search's progress (rounds, properties failing, each case) above the "
+        "progress bar (by default: the bar only)",
+    )
+    run.add_argument(
         "--no-render",
         action="store_true",
         help="write the results (run.json) but not the Markdown and HTML report with its plots "
@@ -226,8 +233,18 @@ def command(args: argparse.Namespace) -> int:
     from linattn_verify.errors import InvalidArgument
     from linattn_verify.families import family_named
     from linattn_verify.isolation import check_isolated
+    from linattn_verify.progress import Progress
     from linattn_verify.results import CaseRecord, PropertyVerdict
+    from linattn_verify.running import progress_line
 
+    if not args.budget > 0:
+        # check_kernel's own check, as a usage error: the first round runs whatever the budget.
+        print(
+            f"linattn-verify check: error: Got --budget {args.budget:g}, but the budget must be "
+            "a positive number of seconds.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         import torch
 
@@ -255,12 +272,17 @@ def command(args: argparse.Namespace) -> int:
     report_dir.mkdir(parents=True, exist_ok=True)
     writer = _check_writer(args, report_dir, kernel, source)
 
+    # The bar counts the budget's seconds (the search is driven by time, not by a count).
+    bar = Progress("check", None, verbose=args.verbose, unit="examples", budget=args.budget)
+
     class Printer(CheckListener):
         def progress(self, line: str) -> None:
-            print(line, file=out, flush=True)
+            if args.verbose:
+                bar.print(line)
 
         def case_finished(self, record: CaseRecord) -> None:
             writer.add_case(record)
+            bar.advance(failed=not record.ok, line=progress_line(record))
 
         def verdict(self, verdict: PropertyVerdict) -> None:
             writer.add_verdict(verdict)
@@ -273,10 +295,11 @@ def command(args: argparse.Namespace) -> int:
         failures_dir=report_dir / "failures",
         fail_fast=args.fail_fast,
     )
-    if isolate:
-        report = check_isolated(source, list(properties), search, listener=Printer())
-    else:
-        report = check_kernel(kernel, properties, search, listener=Printer())
+    with bar:
+        if isolate:
+            report = check_isolated(source, list(properties), search, listener=Printer())
+        else:
+            report = check_kernel(kernel, properties, search, listener=Printer())
     for verdict in report.verdicts:
         # The settled verdicts: "not_run" and "not_applicable" are decided at the end.
         writer.add_verdict(verdict)

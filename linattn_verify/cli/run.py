@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,11 @@ from linattn_verify.cli._args import (
     EXIT_USAGE,
     csv_of,
     globs,
+    nonnegative,
     positive,
 )
-from linattn_verify.results import CaseRecord
+from linattn_verify.progress import Progress
+from linattn_verify.results import FAIL_THRESHOLD, CaseRecord
 from linattn_verify.typing import GATES, KERNEL_DTYPES
 
 DEFAULT_KERNELS = ("triton/*", "fla/*")
@@ -59,6 +63,14 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--seed", type=int, default=0, help="seed of the case draw. Default: 0")
     run.add_argument("--no-backward", action="store_true", help="check the forward pass only")
     run.add_argument(
+        "--side-by-side",
+        type=nonnegative,
+        default=2,
+        help="cases taken from each kernel's draw and run on every other kernel of its family "
+        "that takes them, so the report compares kernels on the same cases; 0: none. "
+        "Default: %(default)s",
+    )
+    run.add_argument(
         "--workers",
         type=positive,
         default=1,
@@ -69,6 +81,12 @@ def add_parser(sub: Any) -> None:
         type=Path,
         default=Path("reports/latest"),
         help="report directory. Default: %(default)s",
+    )
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print a line per case above the progress bar (by default: the bar only)",
     )
 
 
@@ -104,6 +122,8 @@ def command(args: argparse.Namespace) -> int:
         backward=not args.no_backward,
         failures_dir=args.out / "failures",
         gates=tuple(args.gates),
+        peers=tuple(k.name for k in kernels),
+        side_by_side=args.side_by_side,
     )
     from linattn_verify.reporting import RunWriter
 
@@ -126,14 +146,14 @@ def command(args: argparse.Namespace) -> int:
         f"{f' over {args.workers} worker processes' if args.workers > 1 else ''}; "
         f"writing {writer.lines_path}"
     )
-    _run_groups(groups, settings, args.workers, writer.add_case)
+    started = time.perf_counter()
+    # The plan: the draws may make fewer cases, the side-by-side ones add some.
+    with Progress("run", len(groups) * args.examples, verbose=args.verbose) as bar:
+        _run_groups(groups, settings, args.workers, writer.add_case, bar)
+        bar.settle()
     document = writer.finish()
-    print(_table(document))
-    for failure in document["failures"]:
-        print(f"\nFAILED {failure['kernel']}: {failure['message']}")
-        if failure["replay"]:
-            print(f"Replay: {failure['replay']}")
-    print(f"\nreport: {args.out / 'report.md'}, {args.out / 'report.html'}")
+    print(_summary(document, time.perf_counter() - started))
+    print(f"report: {args.out / 'report.md'}, {args.out / 'report.html'}")
     return EXIT_OK if document["totals"]["ok"] else EXIT_FAILED
 
 
@@ -147,6 +167,7 @@ def _run_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "backward": not args.no_backward,
         "gates": list(args.gates),
+        "side_by_side": args.side_by_side,
     }
 
 
@@ -155,71 +176,160 @@ def _run_groups(
     settings: Any,
     workers: int,
     emit: Any,
+    bar: Progress,
 ) -> None:
     """Run every (kernel, dtype) group, in this process or over ``workers`` processes.
 
     Each group is seeded on its own, so the records are the same either way; with workers they
-    arrive a group at a time, as each group finishes.
+    arrive a group at a time, as each group finishes. ``bar`` advances case by case either way
+    (a worker puts word of each case on a queue; it prints nothing).
     """
-    from linattn_verify.running import progress_line, run_group, run_group_in_worker
+    from linattn_verify.running import progress_line, run_group
 
     if workers <= 1:
         for kernel, dtype in groups:
 
-            def emit_and_print(record: CaseRecord) -> None:
+            def emit_and_advance(record: CaseRecord) -> None:
                 emit(record)
-                print(progress_line(record), flush=True)
+                bar.advance(failed=not record.ok, line=progress_line(record))
 
-            run_group(kernel, dtype, settings, emit_and_print)
+            run_group(kernel, dtype, settings, emit_and_advance)
         return
+    _run_groups_in_workers(groups, settings, workers, emit, bar)
+
+
+def _run_groups_in_workers(
+    groups: list[tuple[Any, str]],
+    settings: Any,
+    workers: int,
+    emit: Any,
+    bar: Progress,
+) -> None:
+    """`_run_groups` over ``workers`` spawned processes; the bar follows the workers' queue."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import queue as queues
+    from concurrent.futures import ProcessPoolExecutor
+
+    from linattn_verify.running import progress_line, run_group_in_worker, send_progress_to
 
     # Spawned, not forked: a forked child would inherit torch's threads and CUDA state.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [
-            pool.submit(run_group_in_worker, kernel.name, dtype, settings)
+    news = context.Queue()
+    # Cases the bar has counted, per group; a finished group's late news is not counted again.
+    counted: dict[tuple[str, str], int] = {}
+    finished: set[tuple[str, str]] = set()
+
+    def drain(wait: float) -> None:
+        try:
+            while True:
+                name, dtype, ok, line = news.get(timeout=wait)
+                wait = 0.0
+                if (name, dtype) not in finished:
+                    counted[name, dtype] = counted.get((name, dtype), 0) + 1
+                    bar.advance(failed=not ok, line=line)
+        except queues.Empty:
+            pass
+
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=send_progress_to,
+        initargs=(news,),
+    ) as pool:
+        pending = {
+            pool.submit(run_group_in_worker, kernel.name, dtype, settings): (kernel.name, dtype)
             for kernel, dtype in groups
-        ]
-        for future in as_completed(futures):
-            for record in future.result():
-                emit(record)
+        }
+        while pending:
+            drain(0.1)
+            for future in [f for f in pending if f.done()]:
+                group = pending.pop(future)
+                records = future.result()
+                # The news of the group's last cases may still be on its way: count them now.
+                for record in records[counted.get(group, 0) :]:
+                    bar.advance(failed=not record.ok, line=progress_line(record))
+                finished.add(group)
+                for record in records:
+                    emit(record)
 
 
-def _table(document: dict[str, Any]) -> str:
-    """The terminal summary of a run document.
+def _summary(document: dict[str, Any], seconds: float) -> str:
+    """The terminal summary of a run document: verdict, one line per kernel and dtype, findings.
 
-    Per kernel and dtype: the cases and how many passed, and the worst tensor's max r, max ρ and
-    median ρ, as the report's score distributions give them.
+    A kernel's line leads with its worst deciding score r against the oracle (error over bound;
+    a case fails past `FAIL_THRESHOLD`), the headroom ``FAIL_THRESHOLD / r`` (how many times the
+    error could grow before failing) and the tensor where it is reached; worst first. ρ, which
+    explodes on cases of tiny values, is left to the report.
     """
+    from linattn_verify.observe import format_headroom, oracle_worst
     from linattn_verify.reporting import cases_of
 
-    counts: dict[tuple[str, str], list[int]] = {}
-    for record in cases_of(document):
-        tally = counts.setdefault((record.kernel, record.dtype), [0, 0])
-        tally[0] += 1
-        tally[1] += int(record.ok)
-    worst: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in document["distributions"]:
-        key = (row["kernel"], row["dtype"])
-        if key not in worst or row["r"]["max"] >= worst[key]["r"]["max"]:
-            worst[key] = row
-    rows = [
-        f"\n{'kernel':26s} {'cases':>5s} {'passed':>6s} {'worst r':>8s} {'max rho':>9s} "
-        f"{'med rho':>8s}  worst tensor"
-    ]
-    for (kernel, dtype), (cases, passed) in counts.items():
-        w = worst.get((kernel, dtype))
-        scores = (
-            f"{w['r']['max']:8.3g} {w['rho']['max']:9.3g} {w['rho']['median']:8.3g}  {w['tensor']}"
-            if w
-            else f"{'-':>8s} {'-':>9s} {'-':>8s}"
-        )
-        rows.append(f"{kernel + '/' + dtype:26s} {cases:5d} {passed:6d} {scores}")
     totals = document["totals"]
-    rows.append(
-        f"{totals['passed']} passed, {totals['failed'] + totals['errors']} failed"
-        + (f" ({totals['errors']} harness errors)" if totals["errors"] else "")
-    )
+    failed = totals["failed"] + totals["errors"]
+    verdict = "PASSED" if totals["ok"] else "FAILED"
+    errors = f" ({totals['errors']} harness errors)" if totals["errors"] else ""
+    rows = [
+        f"\n{verdict}: {totals['cases']} cases, {totals['passed']} passed, {failed} failed"
+        f"{errors} in {seconds:.1f} s"
+    ]
+    # (kernel, dtype) -> [cases, failed, worst score, its tensor]
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for record in cases_of(document):
+        group = groups.setdefault((record.kernel, record.dtype), [0, 0, None, ""])
+        group[0] += 1
+        group[1] += int(not record.ok)
+        worst = oracle_worst(record.result)
+        if worst is not None and (group[2] is None or _rank(worst.deciding) > _rank(group[2])):
+            group[2], group[3] = worst.deciding, worst.tensor
+    if groups:
+        rows.append(
+            f"worst r = error / bound vs the oracle (fails above {FAIL_THRESHOLD:g}); "
+            f"headroom = {FAIL_THRESHOLD:g} / r:"
+        )
+    width = max([len(kernel) for kernel, _ in groups] + [10])
+    for (kernel, dtype), (cases, bad, score, tensor) in sorted(
+        groups.items(), key=lambda item: -_rank(item[1][2])
+    ):
+        scores = (
+            f"r {'-':9s} headroom {'-':6s} {'':12s}"
+            if score is None
+            else f"r {score:<9.3g} headroom {format_headroom(score):6s} {tensor:12s}"
+        )
+        tally = f"{cases} cases" + (f", {bad} FAILED" if bad else "")
+        rows.append(f"  {kernel:{width}s} {dtype:9s} {scores} {tally}")
+    for n, finding in enumerate(document["failures"], start=1):
+        rows.append(_finding_line(n, finding))
+        if finding.get("replay"):
+            rows.append(f"     {finding['replay']}")
     return "\n".join(rows)
+
+
+def _rank(score: float | None) -> float:
+    """A score to sort by: NaN is the worst, no score the best."""
+    if score is None:
+        return -math.inf
+    return math.inf if math.isnan(score) else score
+
+
+def _finding_line(n: int, finding: dict[str, Any]) -> str:
+    """One line of a finding: where, what decided it, how often."""
+    from linattn_verify.observe import format_headroom
+
+    properties = ", ".join(finding.get("properties") or [finding["property"]])
+    score = finding.get("score")
+    if finding.get("tensor") is not None and score is not None:
+        what = (
+            f"{finding['tensor']} r {float(score):.3g} (headroom {format_headroom(float(score))}"
+            f", {finding.get('severity')})"
+        )
+    else:
+        # The report's first line names the property, the kernel and the whole case: the line
+        # after it says what went wrong (the kernel raised, broke the calling convention).
+        lines = [line for line in str(finding.get("message") or "").splitlines() if line.strip()]
+        said = [line for line in lines if " FAILED for " not in line] or lines or [""]
+        what = f"{finding.get('severity') or 'failed'}: {said[0][:100]}"
+    count = int(finding.get("occurrences") or 1)
+    return (
+        f"FAILED {n}. {finding['kernel']} {finding.get('dtype') or ''} {properties}: {what}; "
+        f"{count} case{'s' * (count != 1)}"
+    )

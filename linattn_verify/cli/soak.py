@@ -106,6 +106,12 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="print the table of --state and exit, without running",
     )
+    soak.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print a line per visit above the progress bar (by default: the bar only)",
+    )
 
 
 def _error(message: object) -> int:
@@ -133,13 +139,16 @@ def command(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from linattn_verify.errors import InvalidArgument
     from linattn_verify.families import family_of
+    from linattn_verify.progress import Progress
     from linattn_verify.running import select_kernels
     from linattn_verify.soak import (
         SoakSettings,
         Stopper,
+        VisitOutcome,
         failures_dir_of,
         load_state,
         locked,
+        progress_line,
         soak,
         summary,
     )
@@ -186,14 +195,22 @@ def _run(args: argparse.Namespace) -> int:
                 f"({resumed}), failures in {failures_dir_of(args.state)}/",
                 flush=True,
             )
-            with Stopper().installed() as stopper:
+            # Examples done against the budget's seconds; with no budget, a count of them.
+            bar = Progress(
+                "soak",
+                None,
+                verbose=args.verbose,
+                unit="examples",
+                budget=args.budget or None,
+            )
+
+            def visited(outcome: VisitOutcome, seconds: float) -> None:
+                line = progress_line(outcome, seconds)
+                bar.advance(outcome.examples, failed=outcome.failed, line=line)
+
+            with Stopper().installed() as stopper, bar:
                 state = soak(
-                    kernels,
-                    properties,
-                    args.state,
-                    settings,
-                    say=lambda line: print(line, flush=True),
-                    stopper=stopper,
+                    kernels, properties, args.state, settings, stopper=stopper, visited=visited
                 )
     except InvalidArgument as exc:
         return _error(exc)

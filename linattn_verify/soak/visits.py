@@ -259,12 +259,15 @@ def soak(
     *,
     say: Callable[[str], None] = lambda line: None,
     stopper: Stopper | None = None,
+    visited: Callable[[VisitOutcome, float], None] | None = None,
 ) -> SoakState:
     """Visit every (kernel, property) round-robin until the budget; keep score in ``state_path``.
 
     Resumes from the state at ``state_path`` when there is one. The state is saved after every
-    visit; ``say`` gets a progress line per visit. Stops when ``settings.budget`` seconds have
-    passed or ``settings.max_visits`` visits are done (neither: until ``stopper`` is told to).
+    visit; ``say`` gets a progress line per visit (`progress_line`), and ``visited`` the visit's
+    outcome and the seconds since the soak started (a progress bar's news). Stops when
+    ``settings.budget`` seconds have passed or ``settings.max_visits`` visits are done
+    (neither: until ``stopper`` is told to).
 
     Raises:
         SoakStateError: if the state file cannot be read, or ``settings.seed`` contradicts it.
@@ -341,6 +344,8 @@ def soak(
         state = state.with_pair(outcome.pair).with_invocation(invocation)
         save_state(state, state_path)
         say(progress_line(outcome, invocation.seconds))
+        if visited is not None:
+            visited(outcome, invocation.seconds)
     invocation = replace(
         invocation, seconds=round(time.perf_counter() - started, 3), stopped=reason
     )

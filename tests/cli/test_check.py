@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,49 @@ def test_a_crashing_kernel_fails_a_property_in_isolation(target_file: Path, tmp_
     crashed = [v for v in document["verdicts"] if "SIGSEGV" in v["message"]]
     assert crashed, [v["message"] for v in document["verdicts"]]
     assert "T=" in crashed[0]["message"], "the message names the case the kernel crashed on"
+
+
+def test_check_shows_a_bar_and_prints_progress_lines_only_when_verbose(
+    target_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = f"{target_file}:correct"
+    assert _check(target, "--budget", "3", report=tmp_path / "quiet") == EXIT_OK
+    quiet = capsys.readouterr()
+    cases = (tmp_path / "quiet" / "results.jsonl").read_text().splitlines()
+    # The bar (stderr) counts the examples run against the budget's seconds.
+    assert f"{len(cases)} examples" in quiet.err
+    assert "no failures" in quiet.err
+    for said in (quiet.out, quiet.err):
+        assert "round 1:" not in said
+        assert "size reach:" not in said
+        assert not re.search(r"^  ok   ", said, re.MULTILINE), "no line per case"
+    # The closing summary is still there.
+    assert " held, 0 failed" in quiet.out
+
+    assert _check(target, "--budget", "3", "-v", report=tmp_path / "loud") == EXIT_OK
+    loud = capsys.readouterr()
+    assert "round 1:" in loud.err
+    assert re.search(r"^  ok   \S+correct ", loud.err, re.MULTILINE), "a line per case"
+
+
+def test_check_json_keeps_stdout_pure_json_with_the_bar_on_stderr(
+    target_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = f"{target_file}:drops_initial_state"
+    flags = ["--budget", "3", "--json", "-v", "--fail-fast"]
+    assert _check(target, *flags, report=tmp_path / "json") == EXIT_FAILED
+    shown = capsys.readouterr()
+    document = json.loads(shown.out)
+    assert document["command"] == "check"
+    assert document["totals"]["failed"] >= 1
+    # The bar, its failures so far and the verbose lines all went to stderr.
+    assert "1 failed" in shown.err
+    assert "FAILED after" in shown.err
+
+
+def test_a_budget_of_zero_is_a_usage_error_naming_it(
+    target_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _check(f"{target_file}:correct", "--budget", "0", report=tmp_path / "r") == EXIT_USAGE
+    assert "--budget 0" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "run.json").exists()

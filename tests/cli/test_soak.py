@@ -79,9 +79,14 @@ def test_counts_accumulate_across_invocations(
     )
     assert pair["examples"] >= 2
     assert pair["failures"] == []
-    assert "visit    2" in capsys.readouterr().out, "a progress line per visit"
+    shown = capsys.readouterr()
+    # A bar (stderr) counting the examples and failures; no line per visit without -v.
+    assert f"{pair['examples']} examples" in shown.err
+    assert "no failures" in shown.err
+    assert "visit " not in shown.out + shown.err
 
-    assert _soak(state, "--max-visits", "1") == EXIT_OK
+    assert _soak(state, "--max-visits", "1", "-v") == EXIT_OK
+    assert "visit    3" in capsys.readouterr().err, "with -v, a progress line per visit"
     second = json.loads(state.read_text())
     (pair2,) = second["pairs"]
     assert pair2["visits"] == 3
@@ -112,17 +117,42 @@ def test_the_budget_bounds_an_invocation(tmp_path: Path) -> None:
     assert document["invocations"][0]["stopped"] == "budget"
 
 
+def test_a_budgeted_soak_counts_examples_against_its_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "soak.json"
+    assert _soak(state, "--budget", "600", "--max-visits", "2") == EXIT_OK
+    shown = capsys.readouterr()
+    examples = json.loads(state.read_text())["pairs"][0]["examples"]
+    # Against the budget's seconds the bar has no total of examples: it counts them.
+    assert f"{examples} examples" in shown.err
+    assert f"{examples}/" not in shown.err
+    assert "visit " not in shown.out + shown.err
+
+
 def test_a_broken_kernel_records_its_failure_once_with_a_replayable_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state_path = tmp_path / "soak.json"
     properties = {"outputs_match_oracle": registered_properties()["outputs_match_oracle"]}
     lines: list[str] = []
+    visits: list[tuple[bool, int, float]] = []
     settings = SoakSettings(chunk_examples=3, max_seq_len=8, max_head_dim=4, max_visits=2)
-    state = soak([BAD], properties, state_path, settings, say=lines.append)
+    state = soak(
+        [BAD],
+        properties,
+        state_path,
+        settings,
+        say=lines.append,
+        visited=lambda outcome, seconds: visits.append((outcome.failed, outcome.examples, seconds)),
+    )
     assert not state.ok
     (pair,) = state.pairs
     assert pair.visits == 2, "a pair that failed is still visited"
+    # A progress bar's news: each visit's outcome, as it ends, with the seconds so far.
+    assert [failed for failed, _, _ in visits] == [True, True]
+    assert sum(examples for _, examples, _ in visits) == pair.examples
+    assert visits[0][2] <= visits[1][2]
     # Both visits shrink to the same minimal case: it is recorded once, its file kept once.
     (failure,) = pair.failures
     assert failure.visit == 1
@@ -258,3 +288,19 @@ def test_a_harness_error_is_recorded_once_and_the_soak_goes_on(tmp_path: Path) -
     assert "RuntimeError: the property itself is broken" in failure.message
     assert failure.case.startswith("ProblemSpec(")
     assert failure.replay is None
+
+
+def test_the_soak_bar_counts_the_failing_visits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from linattn_verify import registry
+
+    monkeypatch.setitem(registry._REGISTERED, BAD.name, BAD)
+    flags = ["--kernels", BAD.name, "--properties", "outputs_match_oracle", "--max-visits", "2"]
+    flags += ["--chunk-examples", "2", "--max-seq-len", "8", "--max-head-dim", "4"]
+    assert main(["soak", *flags, "--state", str(tmp_path / "soak.json")]) == EXIT_FAILED
+    shown = capsys.readouterr()
+    assert "2 failed" in shown.err
+    assert "FAILED (new case #1" not in shown.out + shown.err, "visit lines only with -v"
+    # The closing table still names the failure and its replay.
+    assert "Replay: linattn-verify replay" in shown.out

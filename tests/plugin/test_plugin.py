@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -221,3 +223,125 @@ def test_a_failing_property_test_prints_what_check_prints(pytester: pytest.Pytes
             f"*Replay: linattn-verify replay {saved}*",
         ]
     )
+
+
+HEADROOM_TEST = """
+import json
+
+from linattn_properties.oracle import outputs_match_oracle
+from linattn_verify.registry import get_kernel
+from linattn_verify.running import check_property
+from linattn_verify.strategies import ProblemSpec
+
+SPECS = [
+    ProblemSpec(1, T, 1, 2, 2, "float32", "identity", False, 0.0, None, "normal", "none",
+                False, True, None, T)
+    for T in (3, 5)
+]
+
+
+def _run(name):
+    kernel = get_kernel(name)
+    scores = []
+    for spec in SPECS:
+        worst = max(
+            (c for c in check_property(outputs_match_oracle, spec, kernel).comparisons
+             if c.reference == "oracle"),
+            key=lambda c: c.deciding,
+        )
+        scores.append((worst.deciding, worst.tensor))
+    with open(name.replace("/", "_") + ".json", "w") as f:
+        json.dump(max(scores), f)
+
+
+def test_recurrent():
+    _run("torch/recurrent")
+
+
+def test_chunk():
+    _run("torch/chunk")
+"""
+
+TITLE = "linattn-verify: worst headroom per kernel"
+
+
+def _section(text: str) -> list[str]:
+    """The lines of the headroom section (after its title, up to pytest's closing line)."""
+    lines = text.splitlines()
+    (start,) = [i for i, line in enumerate(lines) if TITLE in line]
+    section = []
+    for line in lines[start + 1 :]:
+        if line.startswith("=") or not line.strip():
+            break
+        section.append(line)
+    return section
+
+
+def _expected(path: Path, kernel: str) -> tuple[float, str]:
+    score, tensor = json.loads((path / (kernel.replace("/", "_") + ".json")).read_text())
+    return float(score), str(tensor)
+
+
+def _check_section(result: pytest.RunResult, path: Path) -> None:
+    section = _section(result.stdout.str())
+    rows = [line for line in section if line.startswith("torch/")]
+    assert [row.split()[0] for row in rows] == sorted(
+        ["torch/recurrent", "torch/chunk"], key=lambda k: -_expected(path, k)[0]
+    ), "one line per kernel, worst first"
+    for row in rows:
+        kernel = row.split()[0]
+        score, tensor = _expected(path, kernel)
+        match = re.search(r" r (\S+) +headroom (\S+)x +(.*)$", row)
+        assert match, row
+        assert float(match[1]) == pytest.approx(score, rel=1e-2)
+        assert float(match[2]) == pytest.approx(2 / score, rel=0.1)
+        assert match[3] == f"outputs_match_oracle, {tensor}, float32"
+
+
+def test_a_session_ends_with_the_worst_headroom_per_kernel(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest
+) -> None:
+    from linattn_verify.pytest_plugin import _HEADROOM, Headroom
+
+    outer = request.config.stash.get(_HEADROOM, Headroom())
+    before = dict(outer.worst)
+    pytester.makepyfile(HEADROOM_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    _check_section(result, pytester.path)
+    # The session nested in this one (in-process) collected for itself alone.
+    assert outer.worst == before
+
+
+def test_no_section_when_no_property_ran(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(KERNEL_TEST)
+    result = pytester.runpytest("--linattn-kernels", "torch/chunk")
+    result.assert_outcomes(passed=1)
+    assert TITLE not in result.stdout.str()
+
+
+def test_the_section_merges_what_xdist_workers_saw(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # When this suite itself runs under xdist, these would make the nested run a worker.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(HEADROOM_TEST)
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    # Each test ran on a worker of its own (--dist load hands them out one by one).
+    _check_section(result, pytester.path)
+
+
+def test_a_nan_score_ranks_worst_and_has_no_headroom() -> None:
+    from linattn_verify.pytest_plugin import Headroom
+
+    headroom = Headroom()
+    where = {"property": "p", "tensor": "o", "dtype": "bfloat16"}
+    headroom.merge({"a/k": {"r": 0.5, **where}, "b/k": {"r": 1.5, **where}})
+    headroom.merge({"a/k": {"r": float("nan"), **where}, "b/k": {"r": 0.1, **where}})
+    lines = headroom.lines()
+    assert [line.split()[0] for line in lines[:2]] == ["a/k", "b/k"]
+    assert "headroom 0x" in lines[0]
+    assert "r 1.5 " in lines[1], "a worker's lower score does not replace the worst"
+    assert Headroom().lines() == []
