@@ -41,6 +41,8 @@ class Family:
             describe.
         library_kernels: ``(library) -> kernels`` of a library that is not registered by default
             (``"fla"``: importing it selects the interpreter's patches and costs seconds).
+        drift_driver: ``(kernel, settings) -> driver`` that draws the long-context inputs and
+            measures one (variant, T) point for ``linattn-verify drift`` (`drift_families`).
         reach: Whether the size reach (`linattn_verify.reach`) knows its cases.
         diagnose: Whether the recipe diagnosis (`linattn_verify.diagnosis`) knows its recipes.
     """
@@ -55,6 +57,7 @@ class Family:
     source_from_json: Callable[[Any], Any]
     source_from_args: Callable[..., Any]
     library_kernels: Callable[[str], list[Any]]
+    drift_driver: Callable[[Any, Any], Any]
     reach: bool = False
     diagnose: bool = False
 
@@ -222,6 +225,18 @@ def _delta_source_from_args(args: Any, *, on_cuda: bool) -> Any:
     return delta_source_from_args(args, on_cuda=on_cuda)
 
 
+def _linear_drift(kernel: Any, settings: Any) -> Any:
+    from linattn_verify.drift_families import LinearDriver
+
+    return LinearDriver(kernel, settings)
+
+
+def _delta_drift(kernel: Any, settings: Any) -> Any:
+    from linattn_verify.drift_families import DeltaDriver
+
+    return DeltaDriver(kernel, settings)
+
+
 def _delta_library(library: str) -> list[Any]:
     from linattn_verify.delta.fla import fla_delta_kernels
 
@@ -241,6 +256,7 @@ FAMILIES: dict[str, Family] = {
         source_from_json=_linear_source,
         source_from_args=_linear_source_from_args,
         library_kernels=_linear_library,
+        drift_driver=_linear_drift,
         reach=True,
         diagnose=True,
     ),
@@ -256,6 +272,7 @@ FAMILIES: dict[str, Family] = {
         source_from_json=_delta_source,
         source_from_args=_delta_source_from_args,
         library_kernels=_delta_library,
+        drift_driver=_delta_drift,
     ),
 }
 """Every family, by name."""

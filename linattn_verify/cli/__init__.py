@@ -11,6 +11,8 @@
 ``list`` shows the registered kernels and their precision recipes.
 ``soak`` searches (kernel, property) pairs round-robin for hours, across invocations, keeping
          counts and failures in a state file (``--summary``: print its table).
+``drift KERNEL`` measures the error of o and the final state, and their bound, as T grows to
+         65,536 (per input dtype and state dtype, within a budget) and plots error vs T.
 ``report RUN_DIR`` renders a run's Markdown and HTML report again (``--compare BASELINE_DIR``:
          side by side with an earlier run, regressions flagged; exit 1 when one is).
 
@@ -23,7 +25,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from linattn_verify.cli import check, report, run, soak
+from linattn_verify.cli import check, drift, report, run, soak
 from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from linattn_verify.cli.inspect import list_kernels, replay_command
 
@@ -38,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_parser(sub)
     report.add_parser(sub)
     soak.add_parser(sub)
+    drift.add_parser(sub)
     replay = sub.add_parser("replay", help="re-run a saved failure and say if it reproduces")
     replay.add_argument("file", type=Path, help="a saved failure (.json) from a failures directory")
     sub.add_parser("list", help="list the registered kernels and their precision recipes")
@@ -57,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report.command(args)
     if args.command == "soak":
         return soak.command(args)
+    if args.command == "drift":
+        return drift.command(args)
     return run.command(args)
 
 

@@ -22,28 +22,16 @@ from linattn_verify.families import FAMILIES
 from linattn_verify.typing import FORMS, KERNEL_DTYPES
 
 
-def add_parser(sub: Any) -> None:
-    """Add the ``check`` subcommand."""
-    check = sub.add_parser(
-        "check",
-        help="validate a third-party kernel against the property catalogue",
-        description="TARGET is 'package.module:function' or 'path/to/file.py:function', a kernel "
-        "in the calling convention fn(q, k, v[, g], *, scale, initial_state, "
-        "output_final_state[, cu_seqlens]) (linear attention), or, with --family delta, "
-        "fn(q, k, v[, g], beta, *, scale, initial_state, output_final_state, cu_seqlens, "
-        "use_qk_l2norm_in_kernel) (the delta rule, FLA's convention).",
-    )
-    check.add_argument("target", metavar="TARGET")
-    check.add_argument(
-        "--family",
-        choices=sorted(FAMILIES),
-        default="linear_attn",
-        help="the function the kernel computes: 'linear_attn' (linear attention, the flags "
-        "below) or 'delta' (the delta rule in FLA's convention fn(q, k, v[, g], beta, *, scale, "
-        "initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel), the flags of "
-        "'the delta family'). Default: %(default)s",
-    )
-    sem = check.add_argument_group("what the kernel computes")
+def add_target_flags(parser: Any, *, dtypes: bool = True) -> None:
+    """Add the flags that describe a ``module:function`` target (``check`` and ``drift``).
+
+    What it computes and supports, the delta family's flags, and its precision recipe.
+
+    Args:
+        parser: The subcommand's parser.
+        dtypes: Add ``--dtypes`` too (``drift`` has its own). Default: `True`.
+    """
+    sem = parser.add_argument_group("what the kernel computes")
     sem.add_argument("--normalized", action="store_true", help="output is divided by s q·z + eps")
     sem.add_argument(
         "--eps",
@@ -78,17 +66,18 @@ def add_parser(sub: Any) -> None:
         "'zero' returns 0, 'ieee' the IEEE quotient (NaN for 0/0, ±inf for x/0), 'any' is not "
         "judged there. Default: %(default)r",
     )
-    cap = check.add_argument_group("what the kernel supports")
+    cap = parser.add_argument_group("what the kernel supports")
     cap.add_argument("--varlen", action="store_true", help="accepts cu_seqlens")
     cap.add_argument("--no-backward", action="store_true", help="not differentiable")
     cap.add_argument("--no-initial-state", action="store_true", help="takes no initial_state")
     cap.add_argument("--no-final-state", action="store_true", help="returns no final state")
-    cap.add_argument(
-        "--dtypes",
-        type=csv_of(KERNEL_DTYPES),
-        default=KERNEL_DTYPES,
-        help="input dtypes. Default: %(default)s",
-    )
+    if dtypes:
+        cap.add_argument(
+            "--dtypes",
+            type=csv_of(KERNEL_DTYPES),
+            default=KERNEL_DTYPES,
+            help="input dtypes. Default: %(default)s",
+        )
     cap.add_argument(
         "--max-head-dim", type=positive, default=256, help="largest K and V. Default: %(default)r"
     )
@@ -104,7 +93,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="reruns may differ (within the bound); by default they must be identical",
     )
-    delta = check.add_argument_group("the delta family (--family delta)")
+    delta = parser.add_argument_group("the delta family (--family delta)")
     delta.add_argument(
         "--gates",
         type=csv_of(("none", "scalar", "vector")),
@@ -144,7 +133,7 @@ def add_parser(sub: Any) -> None:
         help="what the chunk-boundary state is rounded to before the chunk's dots read it. "
         "Default: none (fp32)",
     )
-    rec = check.add_argument_group("precision recipe (how the kernel rounds)")
+    rec = parser.add_argument_group("precision recipe (how the kernel rounds)")
     rec.add_argument(
         "--form",
         choices=FORMS,
@@ -175,6 +164,30 @@ def add_parser(sub: Any) -> None:
         default=1,
         help="roundings to it on one term's path. Default: %(default)r",
     )
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``check`` subcommand."""
+    check = sub.add_parser(
+        "check",
+        help="validate a third-party kernel against the property catalogue",
+        description="TARGET is 'package.module:function' or 'path/to/file.py:function', a kernel "
+        "in the calling convention fn(q, k, v[, g], *, scale, initial_state, "
+        "output_final_state[, cu_seqlens]) (linear attention), or, with --family delta, "
+        "fn(q, k, v[, g], beta, *, scale, initial_state, output_final_state, cu_seqlens, "
+        "use_qk_l2norm_in_kernel) (the delta rule, FLA's convention).",
+    )
+    check.add_argument("target", metavar="TARGET")
+    check.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        default="linear_attn",
+        help="the function the kernel computes: 'linear_attn' (linear attention, the flags "
+        "below) or 'delta' (the delta rule in FLA's convention fn(q, k, v[, g], beta, *, scale, "
+        "initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel), the flags of "
+        "'the delta family'). Default: %(default)s",
+    )
+    add_target_flags(check)
     run = check.add_argument_group("the search")
     run.add_argument(
         "--budget",

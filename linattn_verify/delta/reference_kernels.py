@@ -15,6 +15,11 @@ Inputs in fp16 / bf16 are upcast to fp32 exactly; o is rounded back to the input
 final state is returned in fp32 ``[N, H, K, V]``. The in-kernel L2 norm x / sqrt(Σ x² + 1e-6) is
 computed in fp32 (eps rounded to fp32, as FLA adds it). Both kernels are plain torch operations,
 so their backward is torch autograd of the same fp32 operations, and they run on any device.
+
+`delta_chunk_torch` also takes ``state_dtype=``: the chunk-boundary state is rounded to it where
+the chunk's dots read it (W S and Q S), the running state staying fp32 (FLA stores ``h`` per
+chunk in the input dtype); `with_state_dtype` gives the kernel whose recipe declares it
+(`DeltaRecipe.state_dtype`). The default (`None`) is the fp32 kernel unchanged.
 """
 
 from __future__ import annotations
@@ -135,8 +140,27 @@ def chunk_terms(
     return Akk, Aqk, k * eG, q * eG, k_out, torch.exp(G[:, -1, :])[:, :, None]
 
 
-def _chunk_sequence(seq: DeltaSequence, scale: float, C: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return o ``[L, H, V]`` and S_L ``[H, K, V]`` of one fp32 sequence in the chunk form."""
+STATE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+"""What `delta_chunk_torch`'s ``state_dtype=`` takes (float32: no rounding beyond fp32's)."""
+
+
+def _state_dtype(state_dtype: str | None) -> torch.dtype | None:
+    """The torch dtype the state is read in, `None` for fp32 (no rounding)."""
+    if state_dtype is not None and state_dtype not in STATE_DTYPES:
+        raise InvalidArgument(
+            f"Got state_dtype={state_dtype!r}, but state_dtype must be one of {STATE_DTYPES} "
+            "or None."
+        )
+    return None if state_dtype in (None, "float32") else getattr(torch, state_dtype)
+
+
+def _chunk_sequence(
+    seq: DeltaSequence, scale: float, C: int, low: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return o ``[L, H, V]`` and S_L ``[H, K, V]`` of one fp32 sequence in the chunk form.
+
+    With ``low`` the chunk's dots read the state rounded to it (the running state stays fp32).
+    """
     H, L, _ = seq.q.shape
     S = seq.S0  # [H, K, V]
     outputs = []
@@ -151,8 +175,9 @@ def _chunk_sequence(seq: DeltaSequence, scale: float, C: int) -> tuple[torch.Ten
         T = forward_substitution_inverse(eye + beta * Akk)  # [H, c, c]
         W = T @ (beta * k_in)  # [H, c, K]
         U = T @ (beta * v)  # [H, c, V]
-        Vn = U - W @ S  # [H, c, V]
-        outputs.append(scale * (q_in @ S + Aqk @ Vn))  # [H, c, V]
+        S_in = S if low is None else S.to(low).to(S.dtype)
+        Vn = U - W @ S_in  # [H, c, V]
+        outputs.append(scale * (q_in @ S_in + Aqk @ Vn))  # [H, c, V]
         S = (S if decay is None else decay * S) + k_out.transpose(-1, -2) @ Vn
     if not outputs:
         return seq.v.new_zeros(0, H, seq.v.shape[-1]), S
@@ -223,6 +248,7 @@ def delta_chunk_torch(
     cu_seqlens: torch.Tensor | None = None,
     use_qk_l2norm_in_kernel: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    state_dtype: str | None = None,
 ) -> DeltaResult:
     """Evaluate the delta rule in the WY / UT chunk form in fp32 (differentiable by autograd).
 
@@ -243,6 +269,8 @@ def delta_chunk_torch(
         cu_seqlens: Packed-sequence boundaries ``[N+1]`` (B == 1). Default: `None`.
         use_qk_l2norm_in_kernel: L2-normalise q and k first, in fp32. Default: `False`.
         chunk_size: C, an int >= 1. Default: `16`.
+        state_dtype: What the chunk's dots read the state in (``"float16"``, ``"bfloat16"``;
+            ``"float32"`` or `None`: fp32, no extra rounding). Default: `None`.
 
     Returns:
         ``(o, final_state)`` as `delta_recurrent_torch` returns them.
@@ -252,6 +280,7 @@ def delta_chunk_torch(
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidArgument(f"Got chunk_size={chunk_size!r}, but chunk_size must be an int >= 1.")
+    low = _state_dtype(state_dtype)
     p, dtype = float32_problem(
         q,
         k,
@@ -264,7 +293,7 @@ def delta_chunk_torch(
         cu_seqlens=cu_seqlens,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
     )
-    o, S = assemble(p, lambda seq: _chunk_sequence(seq, p.scale, chunk_size))
+    o, S = assemble(p, lambda seq: _chunk_sequence(seq, p.scale, chunk_size, low))
     return o.to(dtype), S
 
 
@@ -306,13 +335,43 @@ def delta_reference_kernels() -> list[DeltaKernel]:
     return [recurrent, chunk]
 
 
+def with_state_dtype(kernel: DeltaKernel, state_dtype: str) -> DeltaKernel:
+    """Return ``kernel`` (`delta_chunk_torch`'s) reading its state in ``state_dtype``, declared.
+
+    The call option ``state_dtype=`` and the recipe's `DeltaRecipe.state_dtype` say the same
+    thing, so the bound charges the rounding; the name gets a ``[state=...]`` suffix.
+
+    Raises:
+        InvalidArgument: if ``kernel`` is not a chunk kernel of `delta_chunk_torch` or the dtype
+            is not one of `STATE_DTYPES`.
+    """
+    _state_dtype(state_dtype)
+    if kernel.fn is not delta_chunk_torch:
+        raise InvalidArgument(
+            f"Got kernel {kernel.name!r}, but only delta_chunk_torch (torch/delta.chunk) takes "
+            "state_dtype=."
+        )
+    if state_dtype == "float32":
+        return kernel
+    declared = kernel.recipe
+
+    def recipe(dtype: torch.dtype) -> DeltaRecipe:
+        base = declared if isinstance(declared, DeltaRecipe) else declared(dtype)
+        return replace(base, state_dtype=state_dtype)
+
+    renamed = kernel.with_options(f"{kernel.name}[state={state_dtype}]", state_dtype=state_dtype)
+    return replace(renamed, recipe=recipe)
+
+
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "REFERENCE_CAPABILITIES",
     "REFERENCE_CHUNK_SIZES",
+    "STATE_DTYPES",
     "chunk_terms",
     "delta_chunk_torch",
     "delta_recurrent_torch",
     "delta_reference_kernels",
     "float32_problem",
+    "with_state_dtype",
 ]
