@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from linattn_verify.observe import format_headroom
 from linattn_verify.reporting._values import format_score, score
 from linattn_verify.reporting.side_by_side import side_by_side
 from linattn_verify.reporting.summary import UNDECIDED, cases_of, verdicts_of
@@ -219,9 +220,7 @@ def headroom_text(r: float | None) -> str:
         return "-"
     if r > FAIL_THRESHOLD:
         return "failed"
-    if r == 0:
-        return "exact"
-    return f"{FAIL_THRESHOLD / r:.3g}x"
+    return format_headroom(r)
 
 
 def _headroom_words(r: float | None) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from linattn_verify import observe
 from linattn_verify.reporting.summary import TENSOR_ORDER, cases_of, rank
 from linattn_verify.results import FAIL_THRESHOLD, CaseRecord
 from linattn_verify.typing import DTYPE_NAMES
@@ -61,10 +62,8 @@ class Cell:
 
     @property
     def headroom(self) -> float | None:
-        """How many times the error may grow before failing, `FAIL_THRESHOLD / r`."""
-        if self.r is None or not math.isfinite(self.r):
-            return None
-        return math.inf if self.r == 0 else FAIL_THRESHOLD / self.r
+        """How many times the error may grow before failing (`observe.headroom`), or `None`."""
+        return None if self.r is None else observe.headroom(self.r)
 
     def text(self) -> str:
         """The cell's text: the worst r, or the status."""
