@@ -90,6 +90,10 @@ class Scores:
         bias_t: Its size against the spread of the errors, Σ(x̂ - x) / sqrt(Σ(x̂ - x)²), else
             `None`: about N(0, 1) for unbiased independent rounding, about sqrt(n) when every
             error has one sign.
+        relative_error: Largest |x̂ - x| over the largest |x| of the elements judged against an
+            exact value (inf on a wrong non-finite value), else `None`: accuracy on the
+            tensor's own scale, which ranks kernels of different recipes on the same case
+            (their r are against different bounds).
     """
 
     r: float = 0.0
@@ -104,6 +108,7 @@ class Scores:
     max_ulps: float | None = None
     bias: float | None = None
     bias_t: float | None = None
+    relative_error: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the scores that were measured (no `None` values)."""

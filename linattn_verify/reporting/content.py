@@ -27,8 +27,8 @@ PLOT_CAPTIONS = {
     "histograms.png": "Histograms of each case's worst r, per dtype, one curve per form.",
     "forms.png": "Parallel, chunked and recurrent side by side: max r per tensor over the cases.",
     "side_by_side.png": "Kernels of one family on the same cases: each grey line is one case "
-    "across the kernels that took it, the black bar each kernel's median r; lower is more "
-    "accurate.",
+    "across the kernels that took it (its error relative to the tensor's largest value, the "
+    "worst tensor), the black bar each kernel's median; lower is more accurate.",
 }
 
 
@@ -330,22 +330,35 @@ def side_by_side_tables(document: Mapping[str, Any]) -> list[tuple[Table, Table]
     for group in side_by_side(document):
         summary = Table(
             f"{group.family} · {group.dtype}: {len(group.cases)} shared cases",
-            ["kernel", "shared cases", "median r", "worst r", "most accurate on"],
+            [
+                "kernel",
+                "shared cases",
+                "median rel. error",
+                "worst rel. error",
+                "most accurate on",
+                "median r",
+                "worst r",
+            ],
             [
                 [
                     s.kernel,
                     str(s.cases),
+                    format_score(s.median_error),
+                    format_score(s.worst_error),
+                    f"{s.most_accurate} of {s.cases}",
                     format_score(s.median),
                     format_score(s.worst),
-                    f"{s.most_accurate} of {s.cases}",
                 ]
                 for s in group.summaries
             ],
-            note=f"Judged by {group.property}; r is each case's largest score over its tensors.",
+            note=f"Judged by {group.property}. rel. error = max |x̂ - x| / max |x| of each tensor, "
+            "the worst over the case's tensors: it ranks the kernels (most accurate: the lowest "
+            "on the case). r = error / the kernel's own bound: a kernel declaring a looser "
+            "recipe has a larger bound, so a smaller r does not mean a smaller error.",
             status=["ok" if s.worst <= FAIL_THRESHOLD else "fail" for s in group.summaries],
         )
         per_case = Table(
-            "Per case",
+            "Per case: rel. error (r)",
             ["T", "K", "V", *group.kernels, "case"],
             [
                 [
@@ -353,7 +366,9 @@ def side_by_side_tables(document: Mapping[str, Any]) -> list[tuple[Table, Table]
                     str(c.K),
                     str(c.V),
                     *(
-                        format_score(c.scores.get(k)) if k in c.scores else "-"
+                        f"{format_score(c.errors.get(k))} ({format_score(c.scores[k])})"
+                        if k in c.scores
+                        else "-"
                         for k in group.kernels
                     ),
                     c.case,

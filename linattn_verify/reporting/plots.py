@@ -25,7 +25,7 @@ from linattn_verify.typing import DTYPE_NAMES, FORMS
 
 FORM_COLORS = {"parallel": "#1f77b4", "chunk": "#ff7f0e", "recurrent": "#2ca02c"}
 KERNEL_COLORS = ("#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
-R_FLOOR, RHO_FLOOR, CEILING = 1e-4, 1e-2, 1e8
+R_FLOOR, RHO_FLOOR, ERROR_FLOOR, CEILING = 1e-4, 1e-2, 1e-12, 1e8
 """Scores are drawn clamped to [floor, CEILING], as triangles where clamped: an exact result
 (score 0) has no logarithm, a failure can score inf."""
 RHO_SATURATED = 2.0**22
@@ -349,7 +349,7 @@ def _side_by_side(groups: Sequence[SideBySide]) -> bytes:
             ran = [k for k in group.kernels if k in case.scores]
             ax.plot(
                 [place[k] for k in ran],
-                [_clamp(_raw(case.scores[k])) for k in ran],
+                [_clamp(_raw(case.accuracy(k)), ERROR_FLOOR) for k in ran],
                 "-o",
                 color="0.55",
                 alpha=0.5,
@@ -358,7 +358,10 @@ def _side_by_side(groups: Sequence[SideBySide]) -> bytes:
             )
         for summary in group.summaries:
             x = place[summary.kernel]
-            ax.plot([x - 0.25, x + 0.25], [_clamp(summary.median)] * 2, color="black", linewidth=2)
+            median = summary.median if summary.median_error is None else summary.median_error
+            ax.plot(
+                [x - 0.25, x + 0.25], [_clamp(median, ERROR_FLOOR)] * 2, color="black", linewidth=2
+            )
         ax.set_xticks(
             range(len(group.kernels)),
             [_label(k, 28) for k in group.kernels],
@@ -368,11 +371,12 @@ def _side_by_side(groups: Sequence[SideBySide]) -> bytes:
         )
         ax.set_xlim(-0.5, len(group.kernels) - 0.5)
         _log_axis(ax)
-        ax.axhline(1.0, color="0.4", linestyle=":", linewidth=0.8)
-        ax.axhline(2.0, color="#d62728", linestyle="--", linewidth=0.8)
-        ax.set_ylabel(f"{_label(group.family)} {group.dtype}: r", fontsize=8)
+        ax.set_ylabel(f"{_label(group.family)} {group.dtype}: rel. error", fontsize=8)
         ax.tick_params(axis="y", which="both", labelsize=7)
-    figure.suptitle("Kernels on the same cases: r per case (lines), median (bars)", fontsize=10)
+    figure.suptitle(
+        "Kernels on the same cases: max |error| / max |x| per case (lines), median (bars)",
+        fontsize=10,
+    )
     return _png(figure)
 
 

@@ -4,9 +4,12 @@
 ``run --side-by-side N`` runs cases drawn for each kernel on every other kernel of its family
 that takes them (`linattn_verify.running.side_by_side_cases`); kernels with the same
 capabilities draw the same cases anyway. A case is the same case when its text (the repro),
-dtype and property are. For each family and dtype this gives, per case, every kernel's deciding
-score, and per kernel its median and worst score over the shared cases and the cases where it
-was the most accurate, so "which kernel is more accurate here" has an answer on equal inputs.
+dtype and property are. For each family and dtype this gives, per case, every kernel's error
+relative to the tensor's scale (``Scores.relative_error``, the worst over its tensors) and its
+r, and per kernel the median and worst of both over the shared cases and the cases where it was
+the most accurate, so "which kernel is more accurate here" has an answer on equal inputs. The
+ranking is by relative error, not r: kernels with other precision recipes are judged against
+other bounds, so a looser recipe shows a smaller r for a larger error.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class SharedCase:
         case: The case's text (its repro).
         T: Sequence length. K: Key head dimension. V: Value head dimension.
         scores: Deciding score (worst r or η against the oracle) by kernel.
+        errors: Worst relative error over the tensors by kernel (`None` where not measured).
     """
 
     case: str
@@ -35,11 +39,17 @@ class SharedCase:
     K: int
     V: int
     scores: Mapping[str, float]
+    errors: Mapping[str, float | None]
+
+    def accuracy(self, kernel: str) -> float:
+        """What ranks ``kernel`` on this case: its relative error, else its r."""
+        error = self.errors.get(kernel)
+        return self.scores[kernel] if error is None else error
 
     @property
     def best(self) -> float:
-        """The lowest score of the case (the most accurate kernel's)."""
-        return min(self.scores.values())
+        """The most accurate kernel's `accuracy` on the case."""
+        return min(self.accuracy(k) for k in self.scores)
 
 
 @dataclass(frozen=True)
@@ -49,15 +59,19 @@ class KernelSummary:
     Attributes:
         kernel: The kernel's name.
         cases: Shared cases it was judged on.
-        median: Median deciding score.
-        worst: Largest deciding score.
-        most_accurate: Cases where its score was the lowest (ties count for each).
+        median: Median deciding score r.
+        worst: Largest deciding score r.
+        median_error: Median relative error (`None` where not measured).
+        worst_error: Largest relative error (`None` where not measured).
+        most_accurate: Cases where its relative error was the lowest (ties count for each).
     """
 
     kernel: str
     cases: int
     median: float
     worst: float
+    median_error: float | None
+    worst_error: float | None
     most_accurate: int
 
 
@@ -93,13 +107,16 @@ def side_by_side(document: Mapping[str, Any]) -> list[SideBySide]:
             continue
         key = (families.get(record.kernel, "linear_attn"), record.dtype, record.property)
         entry = groups.setdefault(key, {}).setdefault(
-            record.case, {"T": record.T, "K": record.K, "V": record.V, "scores": {}}
+            record.case, {"T": record.T, "K": record.K, "V": record.V, "scores": {}, "errors": {}}
         )
         entry["scores"][record.kernel] = max(c.deciding for c in scored)
+        # A tensor whose exact value is all zeros has no scale: the others rank the case.
+        errors = [c.scores.relative_error for c in scored if c.scores.relative_error is not None]
+        entry["errors"][record.kernel] = max(errors) if errors else None
     out = []
     for (family, dtype, prop), by_case in groups.items():
         shared = [
-            SharedCase(case, e["T"], e["K"], e["V"], dict(e["scores"]))
+            SharedCase(case, e["T"], e["K"], e["V"], dict(e["scores"]), dict(e["errors"]))
             for case, e in by_case.items()
             if len(e["scores"]) > 1
         ]
@@ -116,13 +133,18 @@ def side_by_side(document: Mapping[str, Any]) -> list[SideBySide]:
         for kernel in kernels:
             mine = [c for c in shared if kernel in c.scores]
             scores = [c.scores[kernel] for c in mine]
+            errors = [c.errors.get(kernel) for c in mine]
+            measured = [e for e in errors if e is not None]
+            complete = len(measured) == len(errors)
             summaries.append(
                 KernelSummary(
                     kernel,
                     len(mine),
                     statistics.median(scores),
                     max(scores),
-                    sum(1 for c in mine if c.scores[kernel] <= c.best),
+                    statistics.median(measured) if complete else None,
+                    max(measured) if complete else None,
+                    sum(1 for c in mine if c.accuracy(kernel) <= c.best),
                 )
             )
         out.append(SideBySide(family, dtype, prop, kernels, tuple(shared), tuple(summaries)))

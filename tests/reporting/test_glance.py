@@ -111,6 +111,25 @@ def test_kernels_that_ran_the_same_case_are_set_side_by_side(write_run: Any) -> 
     assert summaries["k/a"].median == pytest.approx((0.3 + 0.05) / 2)
 
 
+def test_the_most_accurate_kernel_is_the_one_with_the_smaller_error_not_the_smaller_r(
+    write_run: Any,
+) -> None:
+    def measured(kernel: str, r: float, error: float) -> CaseRecord:
+        c = comparison("o", kernel, r)
+        scores = Scores(r=r, relative_error=error)
+        one = record(kernel, "chunk", 8, "float16", [type(c)(**{**c.__dict__, "scores": scores})])
+        return CaseRecord(**{**one.__dict__, "case": "the same case"})
+
+    # k/loose declares a looser recipe: a smaller r for a larger error.
+    records = [measured("k/tight", 0.9, 1e-4), measured("k/loose", 0.3, 4e-3)]
+    (group,) = side_by_side(document_of(write_run, records))
+    summaries = {s.kernel: s for s in group.summaries}
+    assert summaries["k/tight"].most_accurate == 1
+    assert summaries["k/loose"].most_accurate == 0
+    assert summaries["k/loose"].worst_error == 4e-3
+    assert summaries["k/loose"].worst == 0.3
+
+
 def test_no_shared_case_no_side_by_side(write_run: Any) -> None:
     records = [
         record("k/a", "chunk", 8, "float32", [comparison("o", "k/a", 0.3)]),
@@ -175,7 +194,7 @@ def test_shared_cases_get_their_section_and_plot(write_run: Any) -> None:
     markdown = (directory / "report.md").read_text()
     assert "## Kernels side by side" in markdown
     assert "### linear\\_attn · float32: 2 shared cases" in markdown
-    assert "| k/a | 2 | 0.175 | 0.3 | 1 of 2 |" in markdown
+    assert "| k/a | 2 | - | - | 1 of 2 | 0.175 | 0.3 |" in markdown
     assert (directory / "plots" / "side_by_side.png").read_bytes().startswith(b"\x89PNG")
     page = (directory / "report.html").read_text()
     assert page.count('<img alt="Kernels of one family on the same cases') == 1
