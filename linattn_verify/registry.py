@@ -116,6 +116,13 @@ def reference_kernels() -> list[Kernel]:
     ]
 
 
+def delta_triton_kernels() -> list[DeltaKernel]:
+    """Return our Triton delta-rule kernels, declared (`linattn_verify.delta.triton_kernels`)."""
+    from linattn_verify.delta.triton_kernels import delta_chunk_kernel, delta_recurrent_kernel
+
+    return [delta_recurrent_kernel(), delta_chunk_kernel()]
+
+
 def _load() -> None:
     global _LOADED
     if _LOADED:
@@ -124,7 +131,7 @@ def _load() -> None:
     from linattn_verify.delta.reference_kernels import delta_reference_kernels
 
     builtin: list[AnyKernel] = [*triton_kernels(), *reference_kernels()]
-    for kernel in [*builtin, *delta_reference_kernels()]:
+    for kernel in [*builtin, *delta_reference_kernels(), *delta_triton_kernels()]:
         _REGISTERED.setdefault(kernel.name, kernel)
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         offered = entry.load()()
@@ -185,6 +192,7 @@ def _properties() -> dict[str, PropertyFunction]:
 __all__ = [
     "ENTRY_POINT_GROUP",
     "PROPERTIES_ENTRY_POINT_GROUP",
+    "delta_triton_kernels",
     "get_kernel",
     "kernels_matching",
     "reference_kernels",

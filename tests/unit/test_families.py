@@ -31,7 +31,12 @@ def test_kernels_cases_and_problems_name_their_family() -> None:
 
 def test_registry_filters_by_family() -> None:
     delta = registered_kernels("delta")
-    assert set(delta) == {"torch/delta.recurrent", "torch/delta.chunk"}
+    assert set(delta) == {
+        "torch/delta.recurrent",
+        "torch/delta.chunk",
+        "triton/delta.recurrent",
+        "triton/delta.chunk",
+    }
     assert not set(delta) & set(registered_kernels("linear_attn"))
 
 
