@@ -157,13 +157,17 @@ def _sequence(
         kn = k_norm[:, t, None]  # [H, 1]
         e = seq.v[:, t] - (kt[:, :, None] * Sp).sum(1)  # [H, V]
         pred_mag = (kt.abs()[:, :, None] * Sp.abs()).sum(1)  # |S'|^T |k|, [H, V]
+        # S' = e^g S_{t-1} formed in fp32 errs by ε_d |S'|, by the subnormal e^g's 2^-150
+        # |S_{t-1}|, and, where S' itself is below the normal range, by 2^-150 absolutely.
         sigma = (
             max_d[:, t, None, None] * Ep[:, None, :]
             + eps_d[:, t, None, None] * Sp.abs()
-            + under_d * S_prev[t].abs()
+            + under_d * (S_prev[t].abs() + 1)
         )
-        de = kn * max_d[:, t, None] * Ep + (g(K + 1) + eps_d[:, t, None] + eps_k) * (
-            seq.v[:, t].abs() + pred_mag
+        de = (
+            kn * max_d[:, t, None] * Ep
+            + (g(K + 1) + eps_d[:, t, None] + eps_k) * (seq.v[:, t].abs() + pred_mag)
+            + under_d * kt.abs().sum(-1, keepdim=True)
         )
         lam_k = (Lam * kt[:, :, None]).sum(1)  # Λ^T k, [H, V]
         lam_k_mag = (Lam.abs() * kt.abs()[:, :, None]).sum(1)

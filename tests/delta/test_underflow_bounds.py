@@ -1,0 +1,65 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The recurrent gradient bound covers a decayed state S' = e^g S that underflows fp32.
+
+A steep scalar gate makes S' subnormal: forming it rounds to an absolute 2^-150, which a
+relative ε misses. A correct fp32 kernel that forms dg as the bound's docstring writes it,
+Σ S'_ij Λ'_ij, then read that absolute error multiplied by the adjoint (found by a search on
+`triton/delta.recurrent`: r = 6.2 before the bound charged it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from linattn_verify.compare import compare
+from linattn_verify.delta.gradient_bounds import backward_bounds
+from linattn_verify.delta.kernel import DeltaRecipe
+from linattn_verify.delta.strategies import DeltaCase, random_delta_cotangents
+
+CASE = DeltaCase(
+    B=1, T=19, H=2, K=1, V=1, dtype="float32", gate="scalar", gate_family="steep",
+    beta_family="zero", key_family="unit", value_family="large", l2norm_qk=False,
+    negative_eigenvalues=False, initial_state=True, output_final_state=False, seq_lens=None,
+    scale=None, seed=0,
+)  # fmt: skip
+
+
+def formula_order_dg(problem, do: torch.Tensor) -> tuple[torch.Tensor, float]:  # type: ignore[no-untyped-def]
+    """dg in fp32, token by token, from the decayed state S' (what a kernel may well do).
+
+    Returns dg and the smallest nonzero |S'| met.
+    """
+    q, k, v, beta, g = (
+        x[0].float() for x in (problem.q, problem.k, problem.v, problem.beta, problem.g)
+    )
+    S = problem.initial_state[0].float()  # [H, K, V]
+    decayed = []
+    for t in range(q.shape[0]):
+        Sp = torch.exp(g[t])[:, None, None] * S
+        decayed.append(Sp)
+        e = v[t] - (k[t][:, :, None] * Sp).sum(1)
+        S = Sp + beta[t][:, None, None] * k[t][:, :, None] * e[:, None, :]
+    s = problem.scale
+    dg = torch.empty_like(g)
+    Lam = torch.zeros_like(S)
+    for t in reversed(range(q.shape[0])):
+        Lam = Lam + s * q[t][:, :, None] * do[0, t].float()[:, None, :]
+        lam_k = (Lam * k[t][:, :, None]).sum(1)
+        Lam_p = Lam - beta[t][:, None, None] * k[t][:, :, None] * lam_k[:, None, :]
+        dg[t] = (decayed[t] * Lam_p).sum((1, 2))
+        Lam = torch.exp(g[t])[:, None, None] * Lam_p
+    states = torch.stack(decayed).abs()
+    return dg[None], float(states[states > 0].min())
+
+
+def test_dg_from_an_underflowing_decayed_state_is_within_its_bound() -> None:
+    problem = CASE.build()
+    assert problem.g is not None
+    do, _ = random_delta_cotangents(problem, seed=0)
+    dg, smallest = formula_order_dg(problem, do)
+    assert smallest < 2.0**-126  # the decayed state does underflow
+    recipe = DeltaRecipe(form="recurrent", accumulation="ieee")
+    bounds = backward_bounds(problem, recipe, do=do, d_final_state=None)
+    comparison = compare(dg, bounds["dg"])
+    assert comparison.ok, comparison
+    assert comparison.scores.r <= 1.0
