@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import delta_accuracy  # noqa: E402  (beside this script, not a package)
+
 RESULTS_JSON = HERE / "results.json"
 XDIST_JSON = HERE / "xdist_equivalence.json"
 RESULTS_MD = HERE / "RESULTS.md"
@@ -533,6 +536,7 @@ def render(json_path: Path, full: bool) -> None:
         oracle_section(data),
         harness_section(data),
         xdist_section(),
+        delta_accuracy.section(HERE / "delta_accuracy"),
     ]
     RESULTS_MD.write_text(
         "\n".join(line for section in sections for line in section).rstrip() + "\n"

@@ -253,8 +253,15 @@ def _run_groups_in_workers(
                     emit(record)
 
 
+SUMMARY_ROWS = 8
+"""Passing (kernel, dtype) rows the terminal summary shows, nearest the fail line first."""
+
+
 def _summary(document: dict[str, Any], seconds: float) -> str:
-    """The terminal summary of a run document: verdict, one line per kernel and dtype, findings.
+    """The terminal summary of a run document: verdict, kernel and dtype rows, findings.
+
+    The rows are every (kernel, dtype) with a failure and the `SUMMARY_ROWS` passing ones
+    nearest the fail line; a last line counts the others, which the report lists.
 
     A kernel's line leads with its worst deciding score r against the oracle (error over bound;
     a case fails past `FAIL_THRESHOLD`), the headroom ``FAIL_THRESHOLD / r`` (how many times the
@@ -287,9 +294,11 @@ def _summary(document: dict[str, Any], seconds: float) -> str:
             f"headroom = {FAIL_THRESHOLD:g} / r:"
         )
     width = max([len(kernel) for kernel, _ in groups] + [10])
-    for (kernel, dtype), (cases, bad, score, tensor) in sorted(
-        groups.items(), key=lambda item: -_rank(item[1][2])
-    ):
+    ordered = sorted(groups.items(), key=lambda item: -_rank(item[1][2]))
+    # Short: every row with a failure, and the nearest of the others; the report has them all.
+    shown = [item for item in ordered if item[1][1]]
+    shown += [item for item in ordered if not item[1][1]][:SUMMARY_ROWS]
+    for (kernel, dtype), (cases, bad, score, tensor) in shown:
         scores = (
             f"r {'-':9s} headroom {'-':6s} {'':12s}"
             if score is None
@@ -297,6 +306,11 @@ def _summary(document: dict[str, Any], seconds: float) -> str:
         )
         tally = f"{cases} cases" + (f", {bad} FAILED" if bad else "")
         rows.append(f"  {kernel:{width}s} {dtype:9s} {scores} {tally}")
+    hidden = [item for item in ordered if item not in shown]
+    if hidden:
+        best = max((item[1][2] for item in hidden if item[1][2] is not None), default=None)
+        within = "" if best is None else f", all with r <= {best:.3g}"
+        rows.append(f"  ... {len(hidden)} more kernel and dtype rows{within}: see the report")
     for n, finding in enumerate(document["failures"], start=1):
         rows.append(_finding_line(n, finding))
         if finding.get("replay"):
@@ -329,7 +343,8 @@ def _finding_line(n: int, finding: dict[str, Any]) -> str:
         said = [line for line in lines if " FAILED for " not in line] or lines or [""]
         what = f"{finding.get('severity') or 'failed'}: {said[0][:100]}"
     count = int(finding.get("occurrences") or 1)
+    dtypes = ",".join(finding.get("dtypes") or [finding.get("dtype") or ""])
     return (
-        f"FAILED {n}. {finding['kernel']} {finding.get('dtype') or ''} {properties}: {what}; "
+        f"FAILED {n}. {finding['kernel']} {dtypes} {properties}: {what}; "
         f"{count} case{'s' * (count != 1)}"
     )

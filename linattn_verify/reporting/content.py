@@ -241,13 +241,14 @@ def glance(document: Mapping[str, Any]) -> list[str]:
         )
     elif document["totals"]["cases"]:
         lines.append("No findings: no case failed.")
-    near = nearest(document)
+    near = nearest(document, passing=bool(found))
     if near:
         worst = "; ".join(
             f"{kernel} {dtype} {tensor}: r = {format_score(cell.r)} ({_headroom_words(cell.r)})"
             for kernel, dtype, tensor, cell in near
         )
-        lines.append(f"Nearest the fail line (r = 2): {worst}.")
+        among = " among the passing" if found else ""
+        lines.append(f"Nearest the fail line (r = 2){among}: {worst}.")
     totals = document["totals"]
     if totals["undecided"]:
         kinds: dict[str, int] = {}
@@ -271,7 +272,7 @@ def findings_table(document: Mapping[str, Any]) -> Table:
                 str(n),
                 str(f["kernel"]),
                 ", ".join(str(p) for p in properties),
-                _text(f.get("dtype")),
+                _text(f.get("dtypes") or f.get("dtype")),
                 _text(f.get("severity")),
                 _text(f.get("tensor")),
                 format_score(f.get("score")),
@@ -418,10 +419,12 @@ def failure_title(failure: Mapping[str, Any]) -> str:
     """Return a failure's heading: kernel, the properties it broke, dtype, occurrences."""
     properties = failure.get("properties") or [failure["property"]]
     parts = [str(failure["kernel"]), ", ".join(str(p) for p in properties)]
-    if failure.get("dtype"):
-        parts.append(str(failure["dtype"]))
+    dtypes = failure.get("dtypes") or ([failure["dtype"]] if failure.get("dtype") else [])
+    if dtypes:
+        parts.append(", ".join(str(d) for d in dtypes))
     times = int(failure.get("occurrences", 1))
-    suffix = f" ({times} failing cases, the last shown)" if times > 1 else ""
+    shown = "the smallest shown" if failure.get("dtypes") else "the last shown"
+    suffix = f" ({times} failing cases, {shown})" if times > 1 else ""
     return " · ".join(parts) + suffix
 
 

@@ -133,9 +133,8 @@ def side_by_side(document: Mapping[str, Any]) -> list[SideBySide]:
         for kernel in kernels:
             mine = [c for c in shared if kernel in c.scores]
             scores = [c.scores[kernel] for c in mine]
-            errors = [c.errors.get(kernel) for c in mine]
-            measured = [e for e in errors if e is not None]
-            complete = len(measured) == len(errors)
+            measured = [e for c in mine if (e := c.errors.get(kernel)) is not None]
+            complete = len(measured) == len(mine)
             summaries.append(
                 KernelSummary(
                     kernel,

@@ -8,6 +8,7 @@ run document's records back, for the renderers.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import statistics
@@ -215,6 +216,7 @@ def finding_evidence(record: CaseRecord) -> dict[str, Any]:
         "severity": "realistic" if realistic else "extreme-range",
         "tensor": worst.tensor,
         "score": worst.deciding,
+        "T": record.T,
     }
 
 
@@ -302,7 +304,8 @@ def failures(
     One root cause, one finding: failures of several properties whose (last) cases share a
     `root_causes` key (the same case and non-finite element, or the same kernel failure
     message) are one entry, the first in (kernel, property, dtype, case) order, naming every
-    property it broke in ``properties``. The per-property verdicts are not grouped.
+    property it broke in ``properties``; then the entries showing one symptom are merged
+    (`_by_symptom`). The per-property verdicts are not grouped.
     """
     found: dict[tuple[str, str, tuple[str, str]], dict[str, Any]] = {}
     causes: dict[tuple[str, str, tuple[str, str]], set[tuple[str, ...]]] = {}
@@ -346,7 +349,45 @@ def failures(
             found[k]["case"],
         ),
     )
-    return _grouped([(found[k], causes.get(k, set())) for k in order])
+    return _by_symptom(_grouped([(found[k], causes.get(k, set())) for k in order]))
+
+
+def _by_symptom(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge the findings that show one symptom, in their given order.
+
+    One symptom: the same kernel and tensor, failing the same way (a wrong non-finite value, or
+    an error past the bound) at the same severity. A run judges many unrelated cases, and one
+    defect fails many of them, in every dtype; a reader wants it once, with its smallest case.
+    The merged entry keeps the smallest-T case (its message, file and replay), lists every
+    property and dtype (``dtypes``) and sums the occurrences. Findings without a deciding
+    tensor (a kernel failure, a harness error) are left as they are.
+    """
+    merged: dict[tuple[str, str, bool, str], dict[str, Any]] = {}
+    out: list[dict[str, Any]] = []
+    for entry in entries:
+        if "tensor" not in entry:
+            out.append(entry)
+            continue
+        key = (
+            str(entry["kernel"]),
+            str(entry["tensor"]).partition("[")[0],
+            math.isfinite(entry["score"]),
+            str(entry["severity"]),
+        )
+        group = merged.get(key)
+        if group is None:
+            group = merged[key] = dict(entry, dtypes=[entry["dtype"]] if entry["dtype"] else [])
+            out.append(group)
+            continue
+        group["occurrences"] += entry["occurrences"]
+        group["properties"] += [p for p in entry["properties"] if p not in group["properties"]]
+        if entry["dtype"] and entry["dtype"] not in group["dtypes"]:
+            group["dtypes"].append(entry["dtype"])
+        if entry["T"] < group["T"]:
+            for field in ("property", "dtype", "case", "message", "failure_file", "replay"):
+                group[field] = entry[field]
+            group.update(T=entry["T"], score=entry["score"], tensor=entry["tensor"])
+    return out
 
 
 def worst_cases(cases: Iterable[CaseRecord], n: int = WORST_CASES) -> list[CaseRecord]:

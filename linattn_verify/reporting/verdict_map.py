@@ -160,14 +160,19 @@ def verdict_maps(document: Mapping[str, Any]) -> list[VerdictMap]:
     return maps
 
 
-def nearest(document: Mapping[str, Any], n: int = 3) -> list[tuple[str, str, str, Cell]]:
-    """The ``n`` scored cells nearest (or past) the fail line: ``(kernel, dtype, tensor, cell)``."""
+def nearest(
+    document: Mapping[str, Any], n: int = 3, *, passing: bool = False
+) -> list[tuple[str, str, str, Cell]]:
+    """The ``n`` scored cells nearest (or past) the fail line: ``(kernel, dtype, tensor, cell)``.
+
+    With ``passing``, only cells within it (the findings name the others).
+    """
     cells = [
         (kernel, dtype, tensor, cell)
         for vmap in verdict_maps(document)
         for kernel, dtype, row in vmap.rows
         for tensor, cell in zip(vmap.tensors, row, strict=True)
-        if cell.r is not None
+        if cell.r is not None and not (passing and cell.kind == "failed")
     ]
     cells.sort(key=lambda item: -(math.inf if math.isnan(item[3].r or 0.0) else item[3].r or 0.0))
     return cells[:n]

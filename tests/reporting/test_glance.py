@@ -83,9 +83,10 @@ def test_each_cell_is_the_worst_r_of_its_tensor_or_says_why_there_is_none(write_
     # Nearest the fail line first, and the glance names it.
     kernel, _, tensor, cell = nearest(document_of(write_run, records))[0]
     assert (kernel, tensor, cell.r) == ("k/b", "o", 5.0)
-    assert any(
-        "k/b float32 o: r = 5 (FAILED)" in line for line in glance(document_of(write_run, records))
-    )
+    # The findings name the failed cell; the glance names the passing ones nearest the line.
+    said = glance(document_of(write_run, records))
+    near = "Nearest the fail line (r = 2) among the passing: k/a float32 o: r = 0.7"
+    assert any(line.startswith(near) for line in said), said
 
 
 def test_kernels_that_ran_the_same_case_are_set_side_by_side(write_run: Any) -> None:
@@ -198,3 +199,26 @@ def test_shared_cases_get_their_section_and_plot(write_run: Any) -> None:
     assert (directory / "plots" / "side_by_side.png").read_bytes().startswith(b"\x89PNG")
     page = (directory / "report.html").read_text()
     assert page.count('<img alt="Kernels of one family on the same cases') == 1
+
+
+def test_one_symptom_in_many_cases_and_dtypes_is_one_finding(write_run: Any) -> None:
+    def broken(T: int, dtype: str, tensor: str, r: float) -> CaseRecord:
+        one = record("k/nan", "chunk", T, dtype, [comparison(tensor, "k/nan", r)], seed=T)
+        return CaseRecord(**{**one.__dict__, "failure_file": f"/f/{dtype}-{T}.json"})
+
+    records = [
+        broken(24, "float32", "final_state", math.inf),
+        broken(9, "bfloat16", "final_state", math.inf),
+        broken(40, "float16", "final_state", math.inf),
+        # Another symptom of the same kernel: a finite error past the bound on o.
+        broken(12, "float32", "o", 30.0),
+    ]
+    found = document_of(write_run, records)["failures"]
+    assert len(found) == 2
+    nan = next(f for f in found if f["tensor"] == "final_state")
+    assert nan["occurrences"] == 3
+    assert sorted(nan["dtypes"]) == ["bfloat16", "float16", "float32"]
+    assert nan["T"] == 9  # the smallest case is the one shown, with its replay
+    assert nan["replay"] == "linattn-verify replay /f/bfloat16-9.json"
+    past = next(f for f in found if f["tensor"] == "o")
+    assert past["occurrences"] == 1
