@@ -257,3 +257,22 @@ def test_rejects_bad_arguments() -> None:
             beta.expand(2, 4, 1),
             cu_seqlens=torch.tensor([0, 4, 8]),
         )
+
+
+def test_bf16_results_are_rounded_to_nearest_not_truncated() -> None:
+    # Under the interpreter a bf16 store truncates; the kernel must round as a GPU store does.
+    # One token, K = V = 1: dv = β k s q do exactly in fp32, so its bf16 value is the nearest.
+    from linattn_kernels.delta_rule.chunk import chunk_delta_rule
+
+    q, k, v = (torch.tensor([[[[x]]]], dtype=torch.bfloat16) for x in (-0.29296875, 1.0, -2.171875))
+    beta = torch.tensor([[[0.63671875]]], dtype=torch.bfloat16)
+    do = torch.tensor([[[[1.5390625]]]], dtype=torch.bfloat16)
+    v.requires_grad_()
+    o, _ = chunk_delta_rule(q, k, v, None, beta, scale=1.0)
+    o.backward(do)
+    exact = beta.double() * k.double() * q.double() * do.double()
+    assert v.grad is not None
+    assert v.grad.item() == exact.to(torch.bfloat16).item() == -0.287109375
+    assert (
+        o.item() == (beta.double() * v.double() * k.double() * q.double()).to(torch.bfloat16).item()
+    )

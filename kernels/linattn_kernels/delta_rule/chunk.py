@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from linattn_kernels.common.args import empty_output, finish_output
 from linattn_kernels.common.delta_chunk import (
     dot32,
     last_row,
@@ -264,7 +265,9 @@ def chunk_delta_fwd(
     N = table.num_sequences
     BK, BV = _blocks(K, V)
     f32 = torch.float32
-    o = torch.empty(B, T, H, V, dtype=q.dtype, device=q.device)
+    # Under the interpreter a bf16 store truncates: bf16 results are stored as fp32 and
+    # rounded to nearest on the host (`empty_output`, `finish_output`), as a GPU's store would.
+    o = empty_output((B, T, H, V), q.dtype, q.device)
     ht = torch.empty(N, H, K, V, dtype=f32, device=q.device) if output_final_state else None
     h = torch.empty(table.num_chunks, H, K, V, dtype=f32, device=q.device) if store_states else None
     chunk_delta_fwd_kernel[(N, H)](
@@ -274,7 +277,7 @@ def chunk_delta_fwd(
         L2NORM=use_qk_l2norm_in_kernel, EPS=L2NORM_EPS, USE_H0=initial_state is not None,
         STORE_HT=output_final_state, STORE_H=store_states,
     )  # fmt: skip
-    return o, ht, h
+    return finish_output(o, q.dtype), ht, h
 
 
 def chunk_delta_bwd(
@@ -318,11 +321,10 @@ def chunk_delta_bwd(
     N = table.num_sequences
     BK, BV = _blocks(K, V)
     f32 = torch.float32
-    dq = torch.empty_like(q)
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
-    dbeta = torch.empty_like(beta)
-    dg = None if g is None else torch.empty_like(g)
+    dq, dk = empty_output(q.shape, q.dtype, q.device), empty_output(k.shape, k.dtype, k.device)
+    dv = empty_output(v.shape, v.dtype, v.device)
+    dbeta = empty_output(beta.shape, beta.dtype, beta.device)
+    dg = None if g is None else empty_output(g.shape, g.dtype, g.device)
     dh0 = torch.empty(N, H, K, V, dtype=f32, device=q.device) if want_dh0 else None
     chunk_delta_bwd_kernel[(N, H)](
         q=q, k=k, v=v, g=g, beta=beta, h=h, do=do.contiguous(),
@@ -332,6 +334,9 @@ def chunk_delta_bwd(
         L2NORM=use_qk_l2norm_in_kernel, EPS=L2NORM_EPS, USE_DHT=dht is not None,
         STORE_DH0=want_dh0,
     )  # fmt: skip
+    dq, dk, dv = finish_output(dq, q.dtype), finish_output(dk, k.dtype), finish_output(dv, v.dtype)
+    dbeta = finish_output(dbeta, beta.dtype)
+    dg = None if g is None else finish_output(dg, g.dtype)
     return dq, dk, dv, dg, dbeta, dh0
 
 
