@@ -336,7 +336,7 @@ def chunk_delta_bwd(
     )  # fmt: skip
     dq, dk, dv = finish_output(dq, q.dtype), finish_output(dk, k.dtype), finish_output(dv, v.dtype)
     dbeta = finish_output(dbeta, beta.dtype)
-    dg = None if g is None else finish_output(dg, g.dtype)
+    dg = None if g is None or dg is None else finish_output(dg, g.dtype)
     return dq, dk, dv, dg, dbeta, dh0
 
 
