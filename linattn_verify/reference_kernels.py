@@ -34,11 +34,11 @@ from linattn_verify.oracles.chunk import chunk_reference
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.oracles.recurrent import recurrent_reference
 from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.typing import Form
 
 if TYPE_CHECKING:
     from linattn_verify.kernel import Kernel
-from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.typing import Form
 
 REFERENCE_CHUNK_SIZE = 8
 
