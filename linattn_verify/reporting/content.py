@@ -228,8 +228,11 @@ def _headroom_words(r: float | None) -> str:
     return "FAILED" if text == "failed" else f"headroom {text}"
 
 
-def glance(document: Mapping[str, Any]) -> list[str]:
-    """The first screen's sentences: what failed, what is nearest its bound, what is undecided."""
+def glance(document: Mapping[str, Any], maps: Sequence[VerdictMap]) -> list[str]:
+    """The first screen's sentences: what failed, what is nearest its bound, what is undecided.
+
+    ``maps`` are the document's `verdict_maps` (the page shows them too: computed once).
+    """
     lines = []
     found = document["failures"]
     if found:
@@ -241,7 +244,7 @@ def glance(document: Mapping[str, Any]) -> list[str]:
         )
     elif document["totals"]["cases"]:
         lines.append("No findings: no case failed.")
-    near = nearest(document, passing=bool(found))
+    near = nearest(maps, passing=bool(found))
     if near:
         worst = "; ".join(
             f"{kernel} {dtype} {tensor}: r = {format_score(cell.r)} ({_headroom_words(cell.r)})"

@@ -192,12 +192,12 @@ def render_html(document: Mapping[str, Any], plots: Mapping[str, bytes] | None =
     warning = content.incomplete_warning(document)
     if warning:
         body.append(f'<p class="warning">{esc(warning)}</p>')
-    glance = content.glance(document)
+    maps = verdict_maps(document)
+    glance = content.glance(document, maps)
     if glance:
         body.append('<ul class="glance">' + "".join(f"<li>{esc(g)}</li>" for g in glance) + "</ul>")
     if document["failures"]:
         body.append(table(content.findings_table(document)))
-    maps = verdict_maps(document)
     if maps:
         body += [
             '<h2 id="map">Verdict map</h2>',

@@ -95,10 +95,11 @@ def render_markdown(document: Mapping[str, Any], plots: Sequence[str] = ()) -> s
     warning = content.incomplete_warning(document)
     if warning:
         parts += [f"> **Warning:** {escape(warning)}", ""]
-    parts += [f"- {escape_line(line)}" for line in content.glance(document)] + [""]
+    maps = verdict_maps(document)
+    parts += [f"- {escape_line(line)}" for line in content.glance(document, maps)] + [""]
     if document["failures"]:
         parts.append(table(content.findings_table(document)))
-    parts += [table(content.map_table(vmap)) for vmap in verdict_maps(document)]
+    parts += [table(content.map_table(vmap)) for vmap in maps]
     if document["failures"]:
         parts.append(failures_section(document["failures"]))
     pairs = content.side_by_side_tables(document)

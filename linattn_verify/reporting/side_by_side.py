@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from linattn_verify.reporting.summary import cases_of, rank
+from linattn_verify.reporting.summary import cases_of, oracle_comparisons, rank
 from linattn_verify.typing import DTYPE_NAMES
 
 
@@ -102,7 +102,7 @@ def side_by_side(document: Mapping[str, Any]) -> list[SideBySide]:
     families = {k["name"]: str(k.get("family", "linear_attn")) for k in document["kernels"]}
     groups: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for record in cases_of(document):
-        scored = [c for c in record.comparisons if c.reference == "oracle"]
+        scored = oracle_comparisons(record)
         if record.status == "not_applicable" or not scored or record.error:
             continue
         key = (families.get(record.kernel, "linear_attn"), record.dtype, record.property)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from linattn_verify import observe
-from linattn_verify.reporting.summary import TENSOR_ORDER, cases_of, rank
+from linattn_verify.reporting.summary import TENSOR_ORDER, cases_of, oracle_comparisons, rank
 from linattn_verify.results import FAIL_THRESHOLD, CaseRecord
 from linattn_verify.typing import DTYPE_NAMES
 
@@ -105,8 +105,7 @@ def _cell(records: Sequence[CaseRecord], tensor: str) -> Cell:
     undecided: dict[str, int] = {}
     failed_unscored = False
     for record in records:
-        compared = [c for c in record.comparisons if c.tensor.partition("[")[0] == tensor]
-        oracle = [c for c in compared if c.reference == "oracle"]
+        oracle = [c for c in oracle_comparisons(record) if c.tensor.partition("[")[0] == tensor]
         if record.status in UNDECIDED_CELLS and _tensor_of(record) in (tensor, None):
             undecided[record.status] = undecided.get(record.status, 0) + 1
         if oracle and record.status != "not_applicable":
@@ -147,8 +146,7 @@ def verdict_maps(document: Mapping[str, Any]) -> list[VerdictMap]:
             c.tensor.partition("[")[0]
             for key in keys
             for record in records[key]
-            for c in record.comparisons
-            if c.reference == "oracle"
+            for c in oracle_comparisons(record)
         }
         tensors = tuple(sorted(names, key=lambda t: rank(t, TENSOR_ORDER)))
         rows = tuple(
@@ -161,15 +159,16 @@ def verdict_maps(document: Mapping[str, Any]) -> list[VerdictMap]:
 
 
 def nearest(
-    document: Mapping[str, Any], n: int = 3, *, passing: bool = False
+    maps: Sequence[VerdictMap], n: int = 3, *, passing: bool = False
 ) -> list[tuple[str, str, str, Cell]]:
-    """The ``n`` scored cells nearest (or past) the fail line: ``(kernel, dtype, tensor, cell)``.
+    """The ``n`` scored cells of ``maps`` (`verdict_maps`) nearest (or past) the fail line.
 
-    With ``passing``, only cells within it (the findings name the others).
+    Each as ``(kernel, dtype, tensor, cell)``; with ``passing``, only cells within the line
+    (the findings name the others).
     """
     cells = [
         (kernel, dtype, tensor, cell)
-        for vmap in verdict_maps(document)
+        for vmap in maps
         for kernel, dtype, row in vmap.rows
         for tensor, cell in zip(vmap.tensors, row, strict=True)
         if cell.r is not None and not (passing and cell.kind == "failed")

@@ -81,10 +81,11 @@ def test_each_cell_is_the_worst_r_of_its_tensor_or_says_why_there_is_none(write_
     assert cells["k/d", "o"].kind == "undefined"
     assert cells["k/d", "o"].text() == "undefined"
     # Nearest the fail line first, and the glance names it.
-    kernel, _, tensor, cell = nearest(document_of(write_run, records))[0]
+    document = document_of(write_run, records)
+    kernel, _, tensor, cell = nearest(verdict_maps(document))[0]
     assert (kernel, tensor, cell.r) == ("k/b", "o", 5.0)
     # The findings name the failed cell; the glance names the passing ones nearest the line.
-    said = glance(document_of(write_run, records))
+    said = glance(document, verdict_maps(document))
     near = "Nearest the fail line (r = 2) among the passing: k/a float32 o: r = 0.7"
     assert any(line.startswith(near) for line in said), said
 
