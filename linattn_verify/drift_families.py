@@ -18,7 +18,6 @@ from linattn_verify.drift import (
     GATE_BIAS,
     DriftPoint,
     DriftSettings,
-    TensorDrift,
     Variant,
     cast_inputs,
     tensor_drift,
@@ -95,14 +94,7 @@ class LinearDriver:
         )
         problem = kernel.prepare(problem)
         _require(kernel.supports(problem))
-        started = time.monotonic()
-        o, state = kernel.call(problem)
-        kernel_seconds = time.monotonic() - started
-        bounds = linear_forward_bounds(problem, kernel.precision_recipe(problem.q.dtype))
-        tensors = {"o": tensor_drift(o, bounds["o"])}
-        if self.final_state:
-            tensors["final_state"] = tensor_drift(state, bounds["final_state"])
-        return _point(variant, T, tensors, kernel_seconds, started)
+        return _judged(variant, T, problem, linear_forward_bounds, self.final_state)
 
 
 class DeltaDriver:
@@ -156,14 +148,7 @@ class DeltaDriver:
         )
         _require(kernel.supports(problem))
         _require(kernel.contract(problem))
-        started = time.monotonic()
-        o, state = kernel.call(problem)
-        kernel_seconds = time.monotonic() - started
-        bounds = forward_bounds(problem, kernel.precision_recipe(problem.q.dtype))
-        tensors = {"o": tensor_drift(o, bounds["o"])}
-        if self.final_state:
-            tensors["final_state"] = tensor_drift(state, bounds["final_state"])
-        return _point(variant, T, tensors, kernel_seconds, started)
+        return _judged(variant, T, problem, forward_bounds, self.final_state)
 
 
 def _require(reason: str | None) -> None:
@@ -171,13 +156,22 @@ def _require(reason: str | None) -> None:
         raise InvalidArgument(f"The drift's problem is outside the kernel's declaration: {reason}")
 
 
-def _point(
-    variant: Variant,
-    T: int,
-    tensors: dict[str, TensorDrift],
-    kernel_seconds: float,
-    started: float,
+def _judged(
+    variant: Variant, T: int, problem: Any, bounds_of: Any, final_state: bool
 ) -> DriftPoint:
+    """Run ``variant``'s kernel on ``problem`` and judge o (and S_T) against ``bounds_of``'s.
+
+    ``bounds_of(problem, recipe)`` is the family's O(T) forward bound; its time and the
+    oracle's are the point's ``oracle_seconds``.
+    """
+    kernel = variant.kernel
+    started = time.monotonic()
+    o, state = kernel.call(problem)
+    kernel_seconds = time.monotonic() - started
+    bounds = bounds_of(problem, kernel.precision_recipe(problem.q.dtype))
+    tensors = {"o": tensor_drift(o, bounds["o"])}
+    if final_state:
+        tensors["final_state"] = tensor_drift(state, bounds["final_state"])
     return DriftPoint(
         dtype=variant.dtype,
         state_dtype=variant.state_dtype,
