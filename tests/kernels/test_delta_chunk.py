@@ -27,9 +27,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from linattn_properties.delta import delta_catalogue
 
-from linattn_verify import interpreter
 from linattn_verify.compare import compare
 from linattn_verify.delta import delta_recurrent
 from linattn_verify.delta.bounds import forward_bounds
@@ -39,13 +37,15 @@ from linattn_verify.delta.reference import pair_weights
 from linattn_verify.delta.strategies import DeltaCase, delta_cases_for
 from linattn_verify.delta.triton_kernels import delta_chunk_kernel
 from linattn_verify.running import check_property
+from tests.kernels.delta_support import (
+    CATALOGUE,
+    assert_property_holds,
+    relative_error,
+    with_interpreter_patches,
+)
 
 pytestmark = pytest.mark.interpret
 
-CATALOGUE = delta_catalogue()
-CORRECT = ("held", "not_applicable", "ill_conditioned")
-"""What a property may say of a correct kernel (its keys are unit-norm free: never out of
-contract)."""
 
 EXAMPLES = 2
 """Examples per catalogue property: 24 kernel checks, about 20 s under the interpreter."""
@@ -56,10 +56,9 @@ SMALL: dict[str, Any] = {"max_seq_len": 40, "max_head_dim": 8}
 @pytest.fixture(scope="module")
 def kernel() -> Iterator[DeltaKernel]:
     """``triton/delta.chunk`` at C = 16, with the interpreter's patches (bf16) switched on."""
-    before = interpreter.enabled()
-    interpreter.enable()
-    yield delta_chunk_kernel().with_options("triton/delta.chunk16", chunk_size=16)
-    interpreter.disable(patches=[p for p in interpreter.PATCHES if p not in before])
+    yield from with_interpreter_patches(
+        delta_chunk_kernel().with_options("triton/delta.chunk16", chunk_size=16)
+    )
 
 
 def base_case(**changes: Any) -> DeltaCase:
@@ -100,8 +99,7 @@ def test_catalogue_property_holds(
     name: str, kernel: DeltaKernel, data: st.DataObject, tmp_path_factory: Any
 ) -> None:
     case = data.draw(delta_cases_for(kernel, **SMALL), label="case")
-    result = check_property(CATALOGUE[name], case, kernel, directory=tmp_path_factory.mktemp("f"))
-    assert result.status in CORRECT, result.report()
+    assert_property_holds(name, case, kernel, tmp_path_factory.mktemp("f"))
 
 
 GATE_CASES = {
@@ -182,13 +180,6 @@ def chunk_system_norm(problem: DeltaProblem) -> float:
     G = torch.zeros(k.shape[0], dtype=torch.float64)
     A = beta[:, None] * (k @ k.T) * pair_weights(G, strict=True, vector=False)
     return float(torch.linalg.matrix_norm(A, ord=2))
-
-
-def relative_error(actual: torch.Tensor, exact: torch.Tensor) -> float:
-    """max |actual - exact| / max |exact|, inf when ``actual`` is not finite."""
-    if not bool(torch.isfinite(actual).all()):
-        return float("inf")
-    return float((actual.double() - exact).abs().max() / exact.abs().max())
 
 
 def test_near_parallel_keys_fp16_gradients(kernel: DeltaKernel, tmp_path: Any) -> None:

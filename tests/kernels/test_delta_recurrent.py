@@ -24,22 +24,22 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from linattn_properties.delta import delta_catalogue
 
-from linattn_verify import interpreter
 from linattn_verify.delta.kernel import DeltaKernel
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.delta.reference_kernels import delta_recurrent_torch
 from linattn_verify.delta.strategies import DeltaCase, delta_cases_for
 from linattn_verify.registry import get_kernel
 from linattn_verify.running import check_property
+from tests.kernels.delta_support import (
+    CATALOGUE,
+    assert_property_holds,
+    relative_error,
+    with_interpreter_patches,
+)
 
 pytestmark = pytest.mark.interpret
 
-CATALOGUE = delta_catalogue()
-CORRECT = ("held", "not_applicable", "ill_conditioned")
-"""What a property may say of a correct kernel (it expects no unit-norm keys: never out of
-contract)."""
 
 EXAMPLES = 2
 """Examples per catalogue property: 24 kernel checks, about 15 s under the interpreter."""
@@ -50,12 +50,11 @@ SMALL: dict[str, Any] = {"max_seq_len": 24, "max_head_dim": 8}
 @pytest.fixture(scope="module")
 def kernel() -> Iterator[DeltaKernel]:
     """The registered kernel with 4-token segments, the interpreter's patches (bf16) on."""
-    before = interpreter.enabled()
-    interpreter.enable()
     registered = get_kernel("triton/delta.recurrent")
     assert isinstance(registered, DeltaKernel)
-    yield registered.with_options("triton/delta.recurrent[C=4]", checkpoint_every=4)
-    interpreter.disable(patches=[p for p in interpreter.PATCHES if p not in before])
+    yield from with_interpreter_patches(
+        registered.with_options("triton/delta.recurrent[C=4]", checkpoint_every=4)
+    )
 
 
 def base_case(**changes: Any) -> DeltaCase:
@@ -96,8 +95,7 @@ def test_catalogue_property_holds(
     name: str, kernel: DeltaKernel, data: st.DataObject, tmp_path_factory: Any
 ) -> None:
     case = data.draw(delta_cases_for(kernel, **SMALL), label="case")
-    result = check_property(CATALOGUE[name], case, kernel, directory=tmp_path_factory.mktemp("f"))
-    assert result.status in CORRECT, result.report()
+    assert_property_holds(name, case, kernel, tmp_path_factory.mktemp("f"))
 
 
 GATE_CASES = {
@@ -145,14 +143,6 @@ def evaluate(call: Any, problem: DeltaProblem) -> dict[str, torch.Tensor]:
     loss = loss + (S.double() * torch.randn(S.shape, generator=gen, dtype=torch.float64)).sum()
     grads = torch.autograd.grad(loss, list(leaves.values()))
     return {"o": o.detach(), "S": S.detach(), **dict(zip(leaves, grads, strict=True))}
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """max |actual - expected| / max |expected|, inf when ``actual`` is not finite."""
-    if not bool(torch.isfinite(actual).all()):
-        return float("inf")
-    scale = float(expected.double().abs().max()) or 1.0
-    return float((actual.double() - expected.double()).abs().max()) / scale
 
 
 AGREEMENT = 1e-5
