@@ -1,13 +1,19 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Run the benchmark suites and write ``benchmarks/RESULTS.md`` and ``benchmarks/time_vs_T.png``.
 
-    python benchmarks/results.py            # run every suite (about 10 min on 2 CPU cores), write
+    python benchmarks/results.py            # run every suite (about 15 min on 2 CPU cores), write
     python benchmarks/results.py --full     # also the minutes-long mpmath 1024x64 oracle case
     python benchmarks/results.py --render   # only rewrite RESULTS.md from benchmarks/results.json
+    python benchmarks/results.py --suites test_delta_kernels.py --merge
+                                            # re-run one suite, merge it into results.json, write
 
 The suites write pytest-benchmark JSON (``--benchmark-json``) with each case's description in
 ``extra_info`` (``suite`` says which table it belongs to); the tables report medians. The
 xdist section comes from ``benchmarks/xdist_equivalence.json`` (``xdist_equivalence.py``).
+
+``--merge`` keeps every benchmark of ``results.json`` whose suite the new run did not produce
+and replaces the others; the merged suites' own date, machine and load are kept under
+``linattn.merged`` (their section shows them; the header stays that of the full run).
 """
 
 from __future__ import annotations
@@ -32,16 +38,16 @@ RESULTS_JSON = HERE / "results.json"
 XDIST_JSON = HERE / "xdist_equivalence.json"
 RESULTS_MD = HERE / "RESULTS.md"
 PLOT = HERE / "time_vs_T.png"
-SUITES = ("test_kernels.py", "test_harness.py", "test_oracle_cost.py")
+SUITES = ("test_kernels.py", "test_harness.py", "test_oracle_cost.py", "test_delta_kernels.py")
 FORMS = ("parallel", "chunk", "recurrent")
 PASSES = ("forward", "forward+backward")
 
 Row = dict[str, Any]
 
 
-def run_suites(json_path: Path, full: bool) -> int:
+def run_suites(json_path: Path, full: bool, suites: Iterable[str] = SUITES) -> int:
     """Run the benchmark suites with pytest, writing ``json_path``; return pytest's status."""
-    command = [sys.executable, "-m", "pytest", *(str(HERE / s) for s in SUITES)]
+    command = [sys.executable, "-m", "pytest", *(str(HERE / s) for s in suites)]
     command += ["--benchmark-only", f"--benchmark-json={json_path}", "-q", "-p", "no:xdist"]
     if not full:
         command += ["-k", "not mpmath-1024"]
@@ -113,7 +119,8 @@ def header_section(data: Row, full: bool) -> list[str]:
     return [
         "# Benchmark results",
         "",
-        "Regenerate everything with one command (about 10 minutes on 2 CPU cores):",
+        "Regenerate everything with one command (about 15 minutes on 2 CPU cores; one suite:"
+        " `--suites test_delta_kernels.py --merge`):",
         "",
         "```bash",
         "python benchmarks/results.py           # runs the suites, writes this file and the plot",
@@ -527,12 +534,103 @@ def plot(data: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def merge(into: Path, new: Path) -> list[str]:
+    """Replace the benchmarks of ``into`` whose suite ``new`` ran by ``new``'s; return those suites.
+
+    A run of some suites alone would otherwise overwrite the whole file, and with it the
+    timings of every suite not re-run.
+    """
+    old_data, new_data = json.loads(into.read_text()), json.loads(new.read_text())
+    ran = sorted({b["extra_info"].get("suite") for b in new_data["benchmarks"]} - {None})
+    kept = [b for b in old_data["benchmarks"] if b["extra_info"].get("suite") not in ran]
+    old_data["benchmarks"] = kept + new_data["benchmarks"]
+    merged = old_data["linattn"].setdefault("merged", {})
+    for suite in ran:
+        merged[suite] = {"datetime": new_data["datetime"], **new_data["linattn"]}
+    into.write_text(json.dumps(old_data, indent=4) + "\n")
+    return ran
+
+
+def delta_kernel_section(data: Row) -> list[str]:
+    """Our delta-rule kernels beside FLA's, per form, dtype, shape and pass, with the ratio."""
+    benches = by_suite(data, "delta_kernels")
+    if not benches:
+        return []
+    cells: dict[tuple[str, str, str, int, int, str], dict[str, float]] = defaultdict(dict)
+    for b in benches:
+        e = b["extra_info"]
+        # Recorded before the chunk form joined the suite: recurrent, fp32 CPU only.
+        form = e.get("form", "chunk" if e["impl"].endswith(".chunk") else "recurrent")
+        key = (
+            e.get("device", "cpu"),
+            form,
+            e.get("dtype", "float32"),
+            e.get("T", 0),
+            e.get("K", 32),
+        )
+        cells[(*key, e["passes"])][e["impl"].split("/")[0]] = median_ms(b)
+    rows = [
+        [
+            device,
+            form,
+            dtype,
+            T,
+            K,
+            passes,
+            ms(c.get("triton")),
+            ms(c.get("fla")),
+            ratio(c.get("triton"), c.get("fla")),
+        ]
+        for (device, form, dtype, T, K, passes), c in sorted(
+            cells.items(),
+            key=lambda kv: (kv[0][0], FORMS.index(kv[0][1]), kv[0][2], kv[0][5], kv[0][3]),
+        )
+    ]
+    info = data["linattn"].get("merged", {}).get("delta_kernels")
+    when = ""
+    if info is not None:
+        date = datetime.fromisoformat(info["datetime"]).strftime("%Y-%m-%d %H:%M UTC")
+        load = " → ".join(f"{a[0]:.2f}" for a in (info["loadavg_start"], info["loadavg_end"]))
+        when = (
+            f" Measured {date} (merged into this file with `--suites test_delta_kernels.py"
+            f" --merge`), 1-minute load {load} on {info['cpu_count']} cores."
+        )
+    return [
+        "## Delta-rule kernels: interpreter timings",
+        "",
+        "`benchmarks/test_delta_kernels.py`: DeltaNet (no gate), q, k L2-normalised in the kernel,"
+        " beta in (0, 1), B = 1, H = 2, K = V = 32 on the CPU. Ours (`triton/delta.recurrent`,"
+        " `triton/delta.chunk`, C = 64) beside FLA 0.6.0's (`fused_recurrent_delta_rule`,"
+        " `chunk_delta_rule`, C = 64), both under the Triton interpreter (FLA through"
+        " `linattn_verify.interpreter`'s patches). FLA's chunk kernel asserts 16-bit inputs, so"
+        " the chunk comparison is in bf16 (ours also in fp32, with no FLA counterpart); the"
+        " recurrent one is in fp32. Median ms of 2 rounds; `ours/FLA` below 1: ours is faster."
+        " The interpreter emulates every program with numpy, so the times count interpreted"
+        " work (programs x loop steps x block sizes), not GPU speed. The CPU was shared with"
+        " other jobs on 2 cores while these ran: absolute times carry tens of percent of noise,"
+        " and the meaningful number is the ratio of the two kernels on the same shape and pass."
+        + when
+        + (
+            ""
+            if any(e[0] == "cuda" for e in cells)
+            else " The CUDA cases (`test_cuda`, `test_cuda_chunk`: bf16, B = 8, H = 16,"
+            " K = V = 128, T in {1k, 4k}, both forms) were collected and skipped with the reason"
+            " `no CUDA device`; on a CUDA machine they fill rows with device `cuda`."
+        ),
+        "",
+        *table(
+            ["device", "form", "dtype", "T", "K", "pass", "ours ms", "FLA ms", "ours/FLA"], rows
+        ),
+    ]
+
+
 def render(json_path: Path, full: bool) -> None:
     data = json.loads(json_path.read_text())
     sections = [
         header_section(data, full),
         gpu_section(data),
         cpu_kernel_section(data),
+        delta_kernel_section(data),
         oracle_section(data),
         harness_section(data),
         xdist_section(),
@@ -550,10 +648,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from --json")
     parser.add_argument("--full", action="store_true", help="include the mpmath 1024x64 case")
     parser.add_argument("--json", type=Path, default=RESULTS_JSON, help="pytest-benchmark JSON")
+    parser.add_argument(
+        "--suites",
+        nargs="+",
+        choices=SUITES,
+        default=list(SUITES),
+        help="the suite files to run (default: all)",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="merge the suites' timings into --json instead of replacing the file",
+    )
     args = parser.parse_args(argv)
     status = 0
-    if not args.render:
-        status = run_suites(args.json, args.full)
+    if not args.render and args.merge:
+        fresh = args.json.with_suffix(".new.json")
+        status = run_suites(fresh, args.full, args.suites)
+        print("merged suites:", ", ".join(merge(args.json, fresh)))
+        fresh.unlink()
+    elif not args.render:
+        status = run_suites(args.json, args.full, args.suites)
     full = args.full or any(
         b["extra_info"].get("oracle") == "mpmath" and b["extra_info"]["T"] == 1024
         for b in json.loads(args.json.read_text())["benchmarks"]

@@ -288,8 +288,25 @@ def chunk_one(
 # Kernels in the calling convention.
 
 
+def truncated_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Return ``x`` stored in ``dtype`` rounding toward zero (as the interpreter stores bf16).
+
+    Where round-to-nearest moved away from zero, step one ulp back toward it. The step is added
+    as a constant to ``x.to(dtype)``, so the backward is that of the correct store.
+    """
+    nearest = x.to(dtype)
+    with torch.no_grad():
+        away = nearest.to(x.dtype).abs() > x.abs()
+        toward = torch.where(away, torch.nextafter(nearest, torch.zeros_like(nearest)), nearest)
+    # toward - nearest is one ulp or 0: exact, and so is nearest + (toward - nearest).
+    return nearest + (toward - nearest.detach())
+
+
 def _convention(one: OneSequence, bug: str | None) -> Callable[..., Any]:
     """Wrap ``one(seq, scale, bug)`` in the family's calling convention (as the references).
+
+    ``"output_truncated"`` stores o in a 16-bit input dtype rounding toward zero
+    (`truncated_to`) instead of to nearest.
 
     Further keywords (``chunk_size=``) go to ``one``: `chunk_one` takes it, as
     ``torch/delta.chunk`` does; the recurrent paths, which declare no chunk sizes, raise
@@ -328,7 +345,8 @@ def _convention(one: OneSequence, bug: str | None) -> Callable[..., Any]:
             outputs.append(o)
             states.append(S)
         o = torch.cat(outputs, dim=0).reshape(*p.q.shape[:3], p.v.shape[-1])
-        return o.to(dtype), (torch.stack(states, dim=0) if p.output_final_state else None)
+        o = truncated_to(o, dtype) if bug == "output_truncated" else o.to(dtype)
+        return o, (torch.stack(states, dim=0) if p.output_final_state else None)
 
     kernel.__name__ = f"delta_{bug or one.__name__}"
     kernel.__qualname__ = kernel.__name__
@@ -370,6 +388,14 @@ DELTA_ZOO: list[tuple[DeltaKernel, str, str]] = [
         "An fp32 recurrent kernel keeps S in bf16 between tokens (a bf16 state buffer or "
         "register, fla #36): every token's state is rounded to 8 bits, an error of about 2^-9 "
         "relative per step that the fp32 recipe (no state rounding) does not allow.",
+    ),
+    (
+        _broken("output_truncated", CHUNK_TWIN),
+        "precision",
+        "A 16-bit o is stored from its fp32 accumulator rounding toward zero instead of to "
+        "nearest (the Triton interpreter's bf16 store; a hand-written cvt.rz): every output "
+        "whose exact value lies between two 16-bit numbers and nearer the outer one is one ulp "
+        "short. Within every tolerance bound (r < 2); fp32 inputs are unaffected.",
     ),
     (
         _broken("inverse_fp16", CHUNK_TWIN),

@@ -4,7 +4,8 @@
 The catalogue properties that apply to the family keep their names (what they mean carries
 over: oracle agreement, gradients, causality, contract, chunk-size invariance, state split,
 varlen, linearity, the scalar/vector gate equivalence); the family adds its own identities
-(beta = 0 writes nothing, beta = 1 reads back the value, no gate equals a zero gate).
+(beta = 0 writes nothing, beta = 1 reads back the value, no gate equals a zero gate) and its
+dyadic exactness (basis keys, beta = 1: o rounded once to nearest, S_T exact, bit for bit).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ DELTA_CATALOGUE_SPEC: dict[str, str] = {
     "zero_beta_keeps_state": "exactness",
     "unit_key_reads_back_value": "family",
     "contract_holds": "exactness",
+    "dyadic_inputs_exact": "dyadic",
 }
 """Property name -> the module of `linattn_properties.delta` that defines it."""
 
