@@ -122,7 +122,7 @@ from linattn_verify.delta.chunk_backward import (
     jvp,
 )
 from linattn_verify.delta.kernel import DeltaRecipe
-from linattn_verify.delta.problem import DeltaProblem
+from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import (
     DeltaSequence,
 )
@@ -356,12 +356,22 @@ def chunk_backward_bounds(
     _, _, _, K, V = problem.shape
     floors = storage_floors(recipe, problem.q.dtype)
 
+    # Gradual underflow: every operation whose result is subnormal errs by up to 2^-150
+    # absolutely, and a gradient element of the chunk form is built by dots over K and V inside
+    # sums over up to C tokens; the L2-norm chain then divides by r >= sqrt(eps). (Tiny values,
+    # 1e-20, put whole gradients in the subnormal range: measured 230 ulps of 2^-150 on dq.)
+    C = recipe.chunk_size
+    underflow = (C * (K + V) + 2 * C + K + V + 8) * units.under
+    if problem.l2norm_qk:
+        underflow *= L2NORM_EPS**-0.5
+
     def one(
         seq: DeltaSequence, q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, dS: torch.Tensor
     ) -> dict[str, Any]:
-        return _sequence(
+        parts = _sequence(
             seq, q, k, do, dS, problem.scale, units, recipe.chunk_size, problem.l2norm_qk, floors
         )
+        return {name: (bound + underflow, mag) for name, (bound, mag) in parts.items()}
 
     # A scalar gate's sum over K is inside its count N (3K): no further term.
     count = float(max(rounding_counts(K, V, recipe.chunk_size).values()))
