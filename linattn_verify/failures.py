@@ -78,6 +78,8 @@ def _problem_tensors(problem: Any) -> dict[str, torch.Tensor]:
     tensors = dict(problem.inputs())
     if problem.cu_seqlens is not None:
         tensors["cu_seqlens"] = problem.cu_seqlens
+    if getattr(problem, "feature_weights", None) is not None:
+        tensors["feature_weights"] = problem.feature_weights
     return tensors
 
 

@@ -141,6 +141,7 @@ def _linear_problem(tensors: Mapping[str, Any], spec: Any) -> Any:
         initial_state=h0,
         output_final_state=spec.output_final_state,
         cu_seqlens=tensors.get("cu_seqlens"),
+        feature_weights=tensors.get("feature_weights"),
     )
     return dataclasses.replace(problem, omit=frozenset(spec.omit))
 

@@ -50,7 +50,10 @@ class Capabilities:
             (both only when ``configurable``). Default: `(False,)`.
         eps: The eps of its normalizer (used when normalized). Default: `0.0`.
         feature_maps: Feature maps it applies internally; ``("identity",)`` means none (the
-            harness feeds features directly). Default: `("identity",)`.
+            harness feeds features directly). A kernel taking ``"favor+"`` receives the
+            projection as ``feature_weights=W`` ``[m, K]``. Default: `("identity",)`.
+        max_feature_dim: Largest feature dimension F of a lifted map (the rows of its state),
+            or `None` for no limit beyond ``max_head_dim`` on K. Default: `None`.
         configurable: Accepts ``normalize=``, ``eps=``, ``feature_map=`` keywords. Default: `False`.
         decay: Accepts a data-dependent log decay ``g``. Default: `False`.
         gates: The shapes of ``g`` it takes where it declares ``decay``: ``"scalar"``
@@ -79,6 +82,7 @@ class Capabilities:
     normalize: tuple[bool, ...] = (False,)
     eps: float = 0.0
     feature_maps: tuple[FeatureMap, ...] = ("identity",)
+    max_feature_dim: int | None = None
     configurable: bool = False
     decay: bool = False
     gates: tuple[Gate, ...] = ("scalar",)
@@ -230,6 +234,11 @@ class Kernel:
                 dtype not in cap.even_head_dims or (K % 2 == 0 and V % 2 == 0),
                 f"odd head dims K={K}, V={V} in {dtype}",
             ),
+            (
+                cap.max_feature_dim is None or problem.feature_dim <= cap.max_feature_dim,
+                f"feature dim F={problem.feature_dim} of {problem.feature_map} above "
+                f"{cap.max_feature_dim}",
+            ),
         ]
         for ok, reason in checks:
             if not ok:
@@ -257,6 +266,8 @@ class Kernel:
             kwargs["cu_seqlens"] = None if p.cu_seqlens is None else p.cu_seqlens.to(p.q.device)
         if cap.configurable:
             kwargs.update(normalize=p.normalize, eps=p.eps, feature_map=p.feature_map)
+        if p.feature_weights is not None:
+            kwargs["feature_weights"] = p.feature_weights
         for name in left_out - set(self.options):
             kwargs.pop(name, None)
         args: tuple[Any, ...] = (p.q, p.k, p.v)

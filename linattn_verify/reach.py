@@ -26,9 +26,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from linattn_verify.kernel import Kernel
 from linattn_verify.strategies import DTYPES, ProblemSpec
+from linattn_verify.strategies._lifted import largest_key_dim
+from linattn_verify.typing import LIFTED_MAPS
 
 SEQ_LEN_MARKS = (256, 512, 1024, 2048, 4096)
 """Sequence lengths where kernels switch paths or overflow offsets; n and n + 1 are checked."""
@@ -49,6 +52,9 @@ DEFAULT_CHUNK = 64
 """The chunk boundary checked for a kernel that declares no chunk size."""
 
 REACH_HEADS = 2
+
+REACH_MAX_FEATURES = 64
+"""Largest feature dimension F of a lifted map's reach cases (its state is F x V)."""
 """H of every reach case: a head stride is exercised without doubling the cost of long ones."""
 
 RERUNS = 3
@@ -183,11 +189,26 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
     dtypes = [d for d in cap.dtypes if d in DTYPES]
     odd = size.K % 2 or size.V % 2
     dtype = rng.choice([d for d in dtypes if not (odd and d in cap.even_head_dims)] or dtypes)
+    even = dtype in cap.even_head_dims
     normalize = rng.choice(cap.normalize)
-    feature_map = rng.choice(cap.feature_maps)
     decays = [d for d in ("mild", "zero") if cap.decay]
+    vector = bool(decays) and vector_gated(kernel)
+    # A vector gate does not combine with a lifted map (semantics): draw an elementwise one.
+    maps = [m for m in cap.feature_maps if not (vector and m in LIFTED_MAPS)]
+    feature_map = rng.choice(maps or cap.feature_maps)
     eps = rng.choice((1e-6, 1e-2) if cap.configurable else (cap.eps,)) if normalize else 0.0
     varlen = cap.varlen and rng.random() < 0.5
+    K = size.K
+    lifted: dict[str, Any] = {}
+    if feature_map in LIFTED_MAPS:
+        # A lifted map's state has F rows: its reach is in F (capped), not in K.
+        limit = min(REACH_MAX_FEATURES, cap.max_feature_dim or REACH_MAX_FEATURES)
+        K = min(K, largest_key_dim(feature_map, limit))
+        if even and K % 2:
+            # Down to an even K, so F stays within the limit (K = 1 has no even K below).
+            K = K - 1 if K > 1 else 2
+        if feature_map == "favor+":
+            lifted = {"projection": "orthogonal", "features": min(size.K, limit)}
     segments: tuple[int, ...] | None = None
     if varlen:
         # The size's sequence last, behind two short ones, so it starts at an unaligned offset.
@@ -196,7 +217,7 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
         B=1,
         T=size.T if segments is None else sum(segments),
         H=REACH_HEADS,
-        K=size.K,
+        K=K,
         V=size.V,
         dtype=dtype,
         feature_map=feature_map,
@@ -209,11 +230,12 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
         output_final_state=cap.final_state,
         segments=segments,
         seed=rng.randrange(2**31),
-        gate="vector" if decays and vector_gated(kernel) else "scalar",
+        gate="vector" if vector else "scalar",
+        **lifted,
     )
-    if dtype in cap.even_head_dims and odd:
+    if even and (spec.K % 2 or spec.V % 2):
         # Every dtype the kernel takes wants even dims: step up to the next even size.
-        spec = replace(spec, K=size.K + size.K % 2, V=size.V + size.V % 2)
+        spec = replace(spec, K=spec.K + spec.K % 2, V=size.V + size.V % 2)
     return spec
 
 

@@ -122,6 +122,7 @@ def convention_kernel(
         initial_state: Any = None,
         output_final_state: bool = False,
         cu_seqlens: torch.Tensor | None = None,
+        feature_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
         if contiguous:
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -138,6 +139,7 @@ def convention_kernel(
             initial_state=initial_state,
             output_final_state=output_final_state,
             cu_seqlens=cu_seqlens,
+            feature_weights=feature_weights,
         )
         return impl(problem)
 
@@ -264,7 +266,7 @@ def _rounded_sequence(
     p: Problem, C: int, low: torch.dtype, n: int, b: int, start: int, end: int
 ) -> SequenceResult:
     """One sequence of `_rounded_state_chunk`: `chunk_reference`'s scalar-gate loop, S read low."""
-    s = p.scale
+    s = p.outer_scale
     seq = sequence_inputs(p, n, b, start, end, heads_first=True)
     q, k, v, g = seq.q, seq.k, seq.v, seq.g  # [H, L, K], [H, L, K], [H, L, V], [H, L] | None
     S, z = seq.S0, seq.z0

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from importlib import metadata
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, cast, get_args
 
 import torch
 
@@ -22,7 +22,7 @@ from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Capabilities, Kernel
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.results import PropertyResult
-from linattn_verify.typing import FORMS, Form
+from linattn_verify.typing import FORMS, FeatureMap, Form
 
 if TYPE_CHECKING:
     from linattn_verify.strategies import ProblemSpec
@@ -32,7 +32,7 @@ PropertyFunction = Callable[["ProblemSpec", Kernel], PropertyResult]
 
 FULL = Capabilities(
     normalize=(False, True),
-    feature_maps=("identity", "elu1", "relu"),
+    feature_maps=get_args(FeatureMap),
     configurable=True,
     decay=True,
     gates=("scalar", "vector"),
@@ -41,7 +41,8 @@ FULL = Capabilities(
 )
 """Everything the function allows: what our Triton kernels and torch references support.
 
-They return 0 where the exact denominator is 0 (``zero_denominator="zero"``, docs/design.md §3)."""
+They return 0 where the exact denominator is 0 (``zero_denominator="zero"``, docs/design.md §3).
+Every feature map, the lifted ones (docs/design.md §1.2) included."""
 
 ENTRY_POINT_GROUP = "linattn_verify.kernels"
 PROPERTIES_ENTRY_POINT_GROUP = "linattn_verify.properties"
@@ -75,7 +76,12 @@ def triton_kernels() -> list[Kernel]:
 
     kernels = []
     for form, fn in FORMS.items():
-        cap = replace(FULL, chunk_sizes=(16, 32, 64, 128)) if form == "chunk" else FULL
+        # A lifted map goes through a separate Triton step (linattn_kernels.lifted) whose F x V
+        # state the forms hold in one tile, F <= 256; the parallel form fuses the score maps
+        # where no state is involved.
+        cap = replace(FULL, max_feature_dim=256)
+        if form == "chunk":
+            cap = replace(cap, chunk_sizes=(16, 32, 64, 128))
         kernels.append(
             Kernel(
                 name=f"triton/{form}",

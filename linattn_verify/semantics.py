@@ -12,6 +12,22 @@ natural-log decay g_t <= 0 (a_t = exp(g_t); no decay means a_t = 1):
 Equivalently (the parallel form) o_t = s Σ_{j<=t} exp(G_t - G_j) (φ(q_t)·φ(k_j)) v_j
 + s exp(G_t) φ(q_t)^T S_0, with G_t = Σ_{s<=t} g_s.
 
+With a lifted feature map (``taylor2``, ``rebased``, ``favor+``: `linattn_verify.feature_maps`)
+φ takes R^K to R^F and everything above holds with F for K: S_t is F x V, z_t and z_0 have F
+entries. ``taylor2`` and ``rebased`` are polynomials of the score, κ(x) = 1 + x + x²/2 and x², and
+Based and ReBased put the scale inside them: their weight is κ(s q_t·k_j) = φ(s q_t)·φ(k_j), so
+for these two maps s multiplies q before φ and no scale multiplies the result (`Problem.outer_scale`
+is 1). ``favor+`` takes its projection W ``[m, K]`` from the problem (``feature_weights``) and
+keeps the scale outside. A vector gate decays key dimensions, which a lifted map no longer has:
+the two do not combine.
+
+For ``favor+`` with ``normalize`` and eps = 0 the output is unchanged when every query's features
+are multiplied by one positive factor, so the oracles and bounds use the stabilised query
+features exp(W q - |q|²/2 - c_t)/√m with c_t = max_f (W q_t - |q_t|²/2)_f: the same o exactly,
+and a denominator that does not underflow where the plain features of a large query do (a kernel
+that evaluates them plainly loses the row there, as an fp32 exp(G_i)/exp(G_j) loses a steep gate).
+With eps > 0, or unnormalized, no such factor cancels and φ is evaluated as written.
+
 A vector gate (GLA style) g ``[B, T, H, K]`` decays each key dimension m on its own:
 S_t = diag(exp(g_t)) S_{t-1} + φ(k_t) v_t^T and z_t = exp(g_t) ⊙ z_{t-1} + φ(k_t), so that
 o_t = s Σ_{j<=t} Σ_m φ(q_t)_m φ(k_j)_m exp(G_tm - G_jm) v_j + s (exp(G_t) ⊙ φ(q_t))^T S_0. A
@@ -46,7 +62,8 @@ from typing import Any, cast, get_args
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.typing import FeatureMap, dtype_name
+from linattn_verify.feature_maps import apply_feature_map, favor_exponent, feature_dim
+from linattn_verify.typing import LIFTED_MAPS, SCORE_MAPS, FeatureMap, dtype_name
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 """Input dtypes the function is defined for."""
@@ -129,6 +146,7 @@ class Problem(PackedTokens):
         initial_key_sum: z_0 ``[N, H, K]`` (normalized problems only) or `None` (zeros).
         output_final_state: Whether the final state is part of the result.
         cu_seqlens: Sequence boundaries ``[N+1]`` (int64, CPU) or `None`.
+        feature_weights: The projection W ``[m, K]`` of ``favor+`` (`None` for every other map).
         omit: Arguments (`OMITTABLE`) a kernel call leaves out where their value is the
             default (`at_default`), to exercise the kernel's own defaults. How the kernel is
             called, not what it computes: the oracles ignore it. Default: none (every argument
@@ -148,8 +166,44 @@ class Problem(PackedTokens):
     output_final_state: bool
     cu_seqlens: torch.Tensor | None
     omit: frozenset[str] = frozenset()
+    feature_weights: torch.Tensor | None = None
 
     family = "linear_attn"
+
+    @property
+    def lifted(self) -> bool:
+        """Whether φ is a lifted map (the state has F = `feature_dim` rows, not K)."""
+        return self.feature_map in LIFTED_MAPS
+
+    @property
+    def feature_dim(self) -> int:
+        """F: the rows of the state (K for an elementwise map)."""
+        return feature_dim(self.feature_map, self.q.shape[-1], self.feature_weights)
+
+    @property
+    def outer_scale(self) -> float:
+        """The scale that multiplies φ(q)·φ(k): 1 for the score maps, whose scale multiplies q."""
+        return 1.0 if self.feature_map in SCORE_MAPS else self.scale
+
+    @property
+    def stabilised_queries(self) -> bool:
+        """Whether the queries' favor+ features carry the factor exp(-max_f y_f) (module doc)."""
+        return self.feature_map == "favor+" and self.normalize and self.eps == 0.0
+
+    def query_features(self, q: torch.Tensor) -> torch.Tensor:
+        """φ of queries ``[..., K]`` taken from this problem, in their dtype ``[..., F]``."""
+        if self.feature_map in SCORE_MAPS:
+            return apply_feature_map(q * self.scale, self.feature_map)
+        if self.stabilised_queries:
+            assert self.feature_weights is not None
+            y = favor_exponent(q, self.feature_weights)
+            c = y.amax(-1, keepdim=True) if y.shape[-1] else y.sum(-1, keepdim=True)
+            return torch.exp(y - c) / math.sqrt(self.feature_weights.shape[0])
+        return apply_feature_map(q, self.feature_map, self.feature_weights)
+
+    def key_features(self, k: torch.Tensor) -> torch.Tensor:
+        """φ of keys ``[..., K]`` taken from this problem, in their dtype ``[..., F]``."""
+        return apply_feature_map(k, self.feature_map, self.feature_weights)
 
     def at_default(self) -> frozenset[str]:
         """Return the arguments (of `OMITTABLE`) whose value is the calling convention's default.
@@ -172,10 +226,13 @@ class Problem(PackedTokens):
     def describe(self) -> str:
         """Return a one-line description: shapes, dtype and every option."""
         B, T, H, K, V = self.shape
+        fmap = f"feature_map={self.feature_map}"
+        if self.feature_weights is not None:
+            fmap += f" (W [{self.feature_weights.shape[0]}, {K}])"
         parts = [
             f"B={B} T={T} H={H} K={K} V={V}",
             dtype_name(self.q.dtype),
-            f"feature_map={self.feature_map}",
+            fmap,
             f"scale={self.scale:.6g}",
         ]
         if self.normalize:
@@ -225,7 +282,16 @@ class Problem(PackedTokens):
         Raises:
             InvalidArgument: naming a field that is not a tensor of the problem.
         """
-        tensors = {"q", "k", "v", "g", "initial_state", "initial_key_sum", "cu_seqlens"}
+        tensors = {
+            "q",
+            "k",
+            "v",
+            "g",
+            "initial_state",
+            "initial_key_sum",
+            "cu_seqlens",
+            "feature_weights",
+        }
         unknown = sorted(set(changes) - tensors)
         if unknown:
             raise InvalidArgument(
@@ -258,6 +324,7 @@ class Problem(PackedTokens):
             output_final_state=self.output_final_state,
             cu_seqlens=self.cu_seqlens,
             omit=self.omit,
+            feature_weights=conv(self.feature_weights),
         )
 
 
@@ -339,6 +406,7 @@ def validate_problem(
     initial_state: Any = None,
     output_final_state: Any = False,
     cu_seqlens: Any = None,
+    feature_weights: Any = None,
 ) -> Problem:
     """Check one instance of the function and resolve its options.
 
@@ -351,11 +419,15 @@ def validate_problem(
         scale: Scale applied to φ(q); `None` means K^-1/2. Default: `None`.
         normalize: Divide by s φ(q_t)^T z_t + eps. Default: `False`.
         eps: Denominator offset, >= 0; must be 0 when ``normalize`` is false. Default: `0.0`.
-        feature_map: ``"identity"``, ``"elu1"`` or ``"relu"``. Default: `"identity"`.
-        initial_state: S_0 ``[N, H, K, V]``, or for normalized problems the pair
-            ``(S_0, z_0)`` with z_0 ``[N, H, K]``. Default: `None`.
+        feature_map: ``"identity"``, ``"elu1"``, ``"relu"``, or a lifted map ``"taylor2"``,
+            ``"rebased"``, ``"favor+"``. Default: `"identity"`.
+        initial_state: S_0 ``[N, H, F, V]``, or for normalized problems the pair
+            ``(S_0, z_0)`` with z_0 ``[N, H, F]`` (F = K for an elementwise map). Default: `None`.
         output_final_state: Return S_T (and z_T). Default: `False`.
         cu_seqlens: Packed-sequence boundaries ``[N+1]``, needs B == 1. Default: `None`.
+        feature_weights: The projection W ``[m, K]`` (m >= 1) of ``favor+``, a finite float
+            tensor on q's device; required by ``favor+`` and refused by every other map.
+            Default: `None`.
 
     Returns:
         The validated `Problem`.
@@ -399,10 +471,17 @@ def validate_problem(
     if resolved_eps != 0 and not normalize:
         raise _fail(f"Got eps={eps!r} with normalize=False; eps only applies to normalized output.")
     fmap = check_feature_map(feature_map)
+    W = _check_feature_weights(feature_weights, fmap, K, q.device)
+    if fmap in LIFTED_MAPS and g is not None and g.ndim == 4:
+        raise _fail(
+            f"Got feature_map={fmap!r} with a vector gate g {tuple(g.shape)}; a vector gate "
+            "decays key dimensions, which a lifted map does not keep: use a scalar gate [B, T, H]."
+        )
     output_final_state = check_flag("output_final_state", output_final_state)
     bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, B, T)
     N = B if bounds is None else bounds.numel() - 1
-    S0, z0 = _check_initial_state(initial_state, normalize, N, H, K, v.shape[-1], q.device)
+    F = feature_dim(fmap, K, W)
+    S0, z0 = _check_initial_state(initial_state, normalize, N, H, F, v.shape[-1], q.device)
     return Problem(
         q=q,
         k=k,
@@ -416,7 +495,29 @@ def validate_problem(
         initial_key_sum=z0,
         output_final_state=output_final_state,
         cu_seqlens=bounds,
+        feature_weights=W,
     )
+
+
+def _check_feature_weights(
+    weights: Any, feature_map: FeatureMap, K: int, device: torch.device
+) -> torch.Tensor | None:
+    """Return W ``[m, K]`` for favor+ (required) and `None` for every other map (refused)."""
+    if feature_map != "favor+":
+        if weights is not None:
+            raise _fail(
+                f"Got feature_weights with feature_map={feature_map!r}; only 'favor+' takes a "
+                "projection W."
+            )
+        return None
+    if weights is None:
+        raise _fail("feature_map='favor+' needs feature_weights: the projection W [m, K].")
+    W = check_tensor("feature_weights", weights, 2, "[m, K]")
+    if W.shape[1] != K or W.shape[0] < 1:
+        raise _fail(f"Expected feature_weights of shape [m >= 1, K={K}] but got {tuple(W.shape)}.")
+    if W.device != device:
+        raise _fail(f"Expected feature_weights on {device} (as q) but got {W.device}.")
+    return W
 
 
 def _check_initial_state(

@@ -289,7 +289,7 @@ def _split_final_cotangent(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     if d_final_state is None:
         return None, None
-    N, H, K, V = p.num_sequences, p.q.shape[2], p.q.shape[3], p.v.shape[-1]
+    N, H, K, V = p.num_sequences, p.q.shape[2], p.feature_dim, p.v.shape[-1]
     if p.normalize:
         if not (isinstance(d_final_state, tuple | list) and len(d_final_state) == 2):
             raise InvalidArgument(
@@ -403,10 +403,10 @@ def backward_bounds(
             do=do64[b, start:end].transpose(0, 1),
             dS=dS[n]
             if dS is not None
-            else torch.zeros(H, K, V, dtype=torch.float64, device=do64.device),
+            else torch.zeros(H, p.feature_dim, V, dtype=torch.float64, device=do64.device),
             dz=dz[n]
             if dz is not None
-            else torch.zeros(H, K, dtype=torch.float64, device=do64.device),
+            else torch.zeros(H, p.feature_dim, dtype=torch.float64, device=do64.device),
         )
         backward = vector_backward_sequence if p.vector_gate else backward_sequence
         per_seq.append(backward(piece, ct, p.normalize))
@@ -499,8 +499,8 @@ def depends_on_rows(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Ten
         "k": later[..., None].expand(B, T, H, K),
         "v": later[..., None].expand(B, T, H, V),
         "g": later[..., None].expand(B, T, H, K) if problem.vector_gate else later,
-        "initial_state": sequence[..., None, None].expand(N, H, K, V),
-        "initial_key_sum": sequence[..., None].expand(N, H, K),
+        "initial_state": sequence[..., None, None].expand(N, H, problem.feature_dim, V),
+        "initial_key_sum": sequence[..., None].expand(N, H, problem.feature_dim),
     }
 
 

@@ -20,8 +20,16 @@ DtypeName = Literal["float64", "float32", "float16", "bfloat16"]
 DTYPE_NAMES: tuple[DtypeName, ...] = get_args(DtypeName)
 """Every dtype name, widest first (report order)."""
 
-FeatureMap = Literal["identity", "elu1", "relu"]
-"""Feature maps φ: ``identity``; ``elu1`` = elu(x)+1 = where(x>0, x+1, exp(x)); ``relu``."""
+FeatureMap = Literal["identity", "elu1", "relu", "taylor2", "rebased", "favor+"]
+"""Feature maps φ. Elementwise: ``identity``; ``elu1`` = elu(x)+1 = where(x>0, x+1, exp(x));
+``relu``. Lifted (R^K to R^F, `linattn_verify.feature_maps`): ``taylor2`` (Based),
+``rebased`` and ``favor+`` (Performer positive random features)."""
+
+LIFTED_MAPS: tuple[FeatureMap, ...] = ("taylor2", "rebased", "favor+")
+"""Feature maps whose feature dimension F differs from K (the state is F x V)."""
+
+SCORE_MAPS: tuple[FeatureMap, ...] = ("taylor2", "rebased")
+"""Lifted maps that are polynomials of the score: the scale multiplies q before the map."""
 
 OracleMethod = Literal["auto", "float64", "double-double", "mpmath"]
 """How `linattn_verify.oracle` computes: float64 torch, double-double numpy, or mpmath."""
@@ -87,6 +95,8 @@ __all__ = [
     "FORMS",
     "GATES",
     "KERNEL_DTYPES",
+    "LIFTED_MAPS",
+    "SCORE_MAPS",
     "ZERO_DENOMINATORS",
     "Accumulation",
     "DecayScan",

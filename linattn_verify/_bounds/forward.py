@@ -30,7 +30,7 @@ def scalar_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     s = seq.scale
     qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
     S0a, z0a = seq.S0.abs(), seq.z0.abs()
-    K = seq.K
+    K = seq.dot_length
     count = K + 2 + seq.acc_fwd  # [L, L+1]
     U = u.acc * count + seq.eps_w + u.per_term  # [H?, L, L+1]
     W = seq.W
@@ -44,7 +44,7 @@ def scalar_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     U0, U_tok = U[..., 0], U[..., 1:]
     # Exact values (the float64 parallel form) and their magnitudes.
     A = seq.q_feat @ seq.k_feat.transpose(-1, -2)
-    N = p.scale * ((W_tok * A) @ seq.v + w0[..., None] * (seq.q_feat @ seq.S0))
+    N = seq.signed_scale * ((W_tok * A) @ seq.v + w0[..., None] * (seq.q_feat @ seq.S0))
     M_N = s * ((W_tok * absA) @ va + w0[..., None] * qS0a)
     Wa_tok, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]  # absolute weight errors (underflow)
     B_N = s * (
@@ -54,7 +54,9 @@ def scalar_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     )
     Zsum = M_Zsum = B_Zsum = None
     if p.normalize:
-        Zsum = p.scale * ((W_tok * A).sum(-1) + w0 * (seq.q_feat * seq.z0[:, None, :]).sum(-1))
+        Zsum = seq.signed_scale * (
+            (W_tok * A).sum(-1) + w0 * (seq.q_feat * seq.z0[:, None, :]).sum(-1)
+        )
         M_Zsum = s * ((W_tok * absA).sum(-1) + w0 * qz0a)
         B_Zsum = s * (
             ((U_tok * W_tok * absA) + W_tok * Ephi + Wa_tok * absA).sum(-1)
@@ -106,8 +108,7 @@ def forward_sequence(
     u = seq.units
     s = seq.scale
     qa, va = seq.q_feat.abs(), seq.v.abs()
-    K = seq.K
-    count = K + 2 + seq.acc_fwd  # [L, L+1]
+    count = seq.dot_length + 2 + seq.acc_fwd  # [L, L+1]
     main = vector_main_terms(seq, p) if seq.vector else scalar_main_terms(seq, p)
     N, M_N, B_N = main.N, main.M_N, main.B_N
     max_count = torch.where(seq.causal, count, 0.0).amax(-1).to(N.dtype)  # [L]

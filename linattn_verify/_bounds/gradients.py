@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from linattn_verify._bounds import lifted
 from linattn_verify._bounds.forward import ForwardPieces
 from linattn_verify._bounds.terms import SequenceTerms
 
@@ -36,7 +37,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     delta_err = delta_err_raw * zeta[..., 0]
     R = (doa @ va.transpose(-1, -2) + do_o[..., None]) * zeta  # |dP_tj|, [H, L, L]
     R0 = (doa @ S0a.transpose(-1, -2) + do_o[..., None] * z0a[:, None, :]) * zeta  # [H, L, K]
-    count = seq.K + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
+    count = seq.dot_length + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
     Ub = u.acc * count + seq.eps_w + u.per_term + e_Z  # [H, L, L+1]
     Ub0, Ub_tok = Ub[..., 0], Ub[..., 1:]
     W_tok, w0 = seq.W[..., 1:], seq.W[..., 0]
@@ -47,7 +48,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     # φ errors, and underflow inside the K-dot, as absolute errors of A_tj (as in the forward):
     # an underflowed A_tj is later divided by a possibly tiny Z_t, so it must enter before ζ.
     Ephi = seq.q_err @ ka.transpose(-1, -2) + qa @ seq.k_err.transpose(-1, -2)
-    Ephi = Ephi + u.underflow * (seq.K + 2)
+    Ephi = Ephi + u.underflow * (seq.dot_length + 2)
     WR = W_tok * R
     # Underflow in do_t·v_j is likewise absolute before the division by Z_t.
     dot_underflow = u.underflow * (seq.V + 2) * zeta
@@ -105,7 +106,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     )
     F0 = wE0 * ((dSa * S0a).sum((-1, -2)) + nz * (dza * z0a).sum(-1))
     M_dG = Q.sum(-1) + Q0 + Q.sum(-2) + F
-    B_dG = Q_err.sum(-1) + Q0_err + Q_err.sum(-2) + F_err + u.acc * (seq.K + 2) * M_dG
+    B_dG = Q_err.sum(-1) + Q0_err + Q_err.sum(-2) + F_err + u.acc * (seq.dot_length + 2) * M_dG
     if seq.L:
         M_dG[:, -1] += F.sum(-1) + F0
         B_dG[:, -1] += F_err.sum(-1) + F0 * US0
@@ -212,7 +213,7 @@ def _add_lost_intermediates(
     qz1 = q1 * z1  # [H, L, K]
     out["B_S0"] = out["B_S0"] + c * (s1 * qz1.transpose(-1, -2) @ do1 + dS1)
     out["B_z0"] = out["B_z0"] + c * (s1 * (qz1 * (do1 * o1).sum(-1, keepdim=True)).sum(1) + dz1)
-    C_dG = (q1 * C_dqf).sum(-1) + (k1 * C_dkf).sum(-1) + c * seq.K
+    C_dG = (q1 * C_dqf).sum(-1) + (k1 * C_dkf).sum(-1) + c * seq.dot_length
     return B_dqf + C_dqf, B_dkf + C_dkf, B_dG + C_dG
 
 
@@ -224,9 +225,21 @@ def add_feature_map_chain(
 ) -> None:
     """Set ``M_q, B_q, M_k, B_k`` from the features' gradients ``(M, B)`` of dφ(q), dφ(k).
 
-    dq = dφ(q) ⊙ φ'(q): one more multiply, and the error of φ' (the same for a vector gate).
+    dq = dφ(q) ⊙ φ'(q): one more multiply, and the error of φ' (the same for a vector gate); a
+    lifted map's dq = J_φ^T dφ(q) (`linattn_verify._bounds.lifted.chain`).
     """
     u = seq.units
+    if seq.problem.lifted:
+        p = seq.problem
+        for name, (M_f, B_f), x, feat, err, query in (
+            ("q", dq_features, seq.q_in, seq.q_feat, seq.q_err, True),
+            ("k", dk_features, seq.k_in, seq.k_feat, seq.k_err, False),
+        ):
+            M, B = lifted.chain(
+                p, x, M_f, B_f, u.arith, query=query, features=feat, feature_err=err
+            )
+            out["M_" + name], out["B_" + name] = M, B
+        return
     for name, (M_f, B_f), dphi, dphi_err in (
         ("q", dq_features, seq.q_dphi, seq.q_dphi_err),
         ("k", dk_features, seq.k_dphi, seq.k_dphi_err),

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from linattn_verify.feature_maps import apply_feature_map, feature_map_derivative
+from linattn_verify._bounds import lifted
+from linattn_verify.feature_maps import feature_map_derivative
 from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe, dtype_name
 from linattn_verify.semantics import Problem
 
@@ -103,22 +104,34 @@ class SequenceTerms:
         p = problem
         self.units = units
         self.recipe = recipe
-        self.scale = abs(p.scale)
+        self.problem = p
+        self.signed_scale = p.outer_scale
+        self.scale = abs(p.outer_scale)
         q = p.q[b, start:end].transpose(0, 1)  # [H, L, K]
         k = p.k[b, start:end].transpose(0, 1)
+        self.q_in, self.k_in = q, k
         self.v = p.v[b, start:end].transpose(0, 1)  # [H, L, V]
         H, L, K = q.shape
         V = self.v.shape[-1]
+        # K is the state's rows: the feature dimension F of a lifted map.
+        K = p.feature_dim
         self.H, self.L, self.K, self.V = H, L, K, V
+        # The rounding count of one feature dot (`lifted.dot_length` for a lifted map).
+        self.dot_length = lifted.dot_length(p) if p.lifted else K
         dev, f64 = q.device, torch.float64
-        self.q_feat = apply_feature_map(q, p.feature_map)
-        self.k_feat = apply_feature_map(k, p.feature_map)
-        self.q_err = self._feature_error(q, p.feature_map)
-        self.k_err = self._feature_error(k, p.feature_map)
-        self.q_dphi = feature_map_derivative(q, p.feature_map)
-        self.q_dphi_err = self._derivative_error(q, p.feature_map)
-        self.k_dphi = feature_map_derivative(k, p.feature_map)
-        self.k_dphi_err = self._derivative_error(k, p.feature_map)
+        self.q_feat = p.query_features(q)
+        self.k_feat = p.key_features(k)
+        if p.lifted:
+            under = self.units.underflow
+            self.q_err = lifted.feature_error(p, q, self.q_feat, units.arith, under, query=True)
+            self.k_err = lifted.feature_error(p, k, self.k_feat, units.arith, under, query=False)
+        else:
+            self.q_err = self._feature_error(q, p.feature_map)
+            self.k_err = self._feature_error(k, p.feature_map)
+            self.q_dphi = feature_map_derivative(q, p.feature_map)
+            self.q_dphi_err = self._derivative_error(q, p.feature_map)
+            self.k_dphi = feature_map_derivative(k, p.feature_map)
+            self.k_dphi_err = self._derivative_error(k, p.feature_map)
         self.S0 = (
             p.initial_state[n]
             if p.initial_state is not None

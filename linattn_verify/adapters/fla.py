@@ -24,6 +24,9 @@ name                                      form        norm.  decay  h0/hT   varl
 ``fla/lightning_attn.fused_recurrent``    recurrent   no     λ_h    yes     yes     0
 ========================================  ==========  =====  =====  ======  ======  ============
 
+and the six Based and ReBased kernels (lifted feature maps ``taylor2`` and ``rebased``) of
+`linattn_verify.adapters.fla_lifted`, whose docstring records what they compute and round.
+
 What FLA computes, read off its 0.6.0 sources:
 
 * The scale defaults to K^-1/2 everywhere; FLA applies no feature map (``feature_maps=
@@ -360,7 +363,8 @@ def fla_kernels() -> list[Kernel]:
     is in effect when this is called. See the module docstring for the table of kernels.
 
     Returns:
-        The 16 kernels: linear_attn, simple_gla, retention, gla, lightning_attn.
+        The 22 kernels: linear_attn, simple_gla, retention, gla, lightning_attn, and based and
+        rebased (`linattn_verify.adapters.fla_lifted`).
 
     Raises:
         ImportError: when FLA (``fla-core==0.6.0``) is not installed, or was imported before the
@@ -499,6 +503,10 @@ def fla_kernels() -> list[Kernel]:
             casts=casts,
             implied_decay=lightning_log_decay,
         )
+    # Based and ReBased: lifted feature maps, in their own module.
+    from linattn_verify.adapters.fla_lifted import lifted_kernels
+
+    kernels += lifted_kernels(interpreted=interpreted)
     return kernels
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from linattn_verify.cli._args import (
     EXIT_FAILED,
@@ -19,7 +19,7 @@ from linattn_verify.cli._args import (
     positive,
 )
 from linattn_verify.families import FAMILIES
-from linattn_verify.typing import FORMS, KERNEL_DTYPES
+from linattn_verify.typing import FORMS, KERNEL_DTYPES, FeatureMap
 
 
 def add_target_flags(parser: Any, *, dtypes: bool = True) -> None:
@@ -54,9 +54,12 @@ def add_target_flags(parser: Any, *, dtypes: bool = True) -> None:
     )
     sem.add_argument(
         "--feature-map",
-        choices=("identity", "elu1", "relu"),
+        choices=get_args(FeatureMap),
         default="identity",
-        help="feature map the kernel applies itself. Default: %(default)r",
+        help="feature map the kernel applies itself: elementwise (identity, elu1, relu) or "
+        "lifted (taylor2: Based's 1 + x + x²/2 of x = s q·k; rebased: x²; favor+: Performer's "
+        "exp(Wx - |x|²/2)/√m, with W drawn by the harness and passed as feature_weights=W). "
+        "Default: %(default)r",
     )
     sem.add_argument(
         "--zero-denominator",

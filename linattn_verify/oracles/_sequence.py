@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map, vanishes
+from linattn_verify.feature_maps import vanishes
 from linattn_verify.semantics import Problem
 
 State = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None
@@ -62,8 +62,8 @@ def sequence_inputs(
     to the dtype of q; S0 and z0 are the initial state and key sum in that dtype (zeros when the
     problem has none).
     """
-    q = apply_feature_map(problem.q[b, start:end], problem.feature_map)  # [L, H, K]
-    k = apply_feature_map(problem.k[b, start:end], problem.feature_map)  # [L, H, K]
+    q = problem.query_features(problem.q[b, start:end])  # [L, H, F]
+    k = problem.key_features(problem.k[b, start:end])  # [L, H, F]
     v = problem.v[b, start:end]  # [L, H, V]
     g = None if problem.g is None else problem.g[b, start:end].to(q.dtype)  # [L, H] or [L, H, K]
     if heads_first:

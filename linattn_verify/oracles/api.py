@@ -54,6 +54,7 @@ def oracle(
     initial_state: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
     output_final_state: bool = False,
     cu_seqlens: torch.Tensor | None = None,
+    feature_weights: torch.Tensor | None = None,
     method: str = "auto",
 ) -> tuple[torch.Tensor, State]:
     """Compute linear attention to high precision, from the inputs exactly as given.
@@ -83,10 +84,13 @@ def oracle(
         scale: Scale applied to φ(q); `None` means K^-1/2. Default: `None`.
         normalize: Divide by s φ(q_t)^T z_t + eps (a zero denominator gives 0). Default: `False`.
         eps: Denominator offset, used exactly as given. Default: `0.0`.
-        feature_map: ``"identity"``, ``"elu1"`` or ``"relu"``. Default: `"identity"`.
-        initial_state: S_0 ``[N, H, K, V]``, or ``(S_0, z_0)`` when normalized. Default: `None`.
+        feature_map: ``"identity"``, ``"elu1"``, ``"relu"``, ``"taylor2"``, ``"rebased"`` or
+            ``"favor+"`` (`linattn_verify.feature_maps`). Default: `"identity"`.
+        initial_state: S_0 ``[N, H, F, V]``, or ``(S_0, z_0)`` when normalized (F = K for an
+            elementwise map). Default: `None`.
         output_final_state: Also return S_T (and z_T). Default: `False`.
         cu_seqlens: Packed-sequence boundaries ``[N+1]`` (B == 1). Default: `None`.
+        feature_weights: favor+'s projection W ``[m, K]``. Default: `None`.
         method: ``"auto"``, ``"float64"``, ``"double-double"`` or ``"mpmath"``.
             Default: `"auto"`.
 
@@ -110,6 +114,7 @@ def oracle(
         initial_state=initial_state,
         output_final_state=output_final_state,
         cu_seqlens=cu_seqlens,
+        feature_weights=feature_weights,
     )
     chosen = resolve_method(problem, method)
     device = problem.q.device

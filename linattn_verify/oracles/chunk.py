@@ -71,7 +71,7 @@ def chunk_reference(problem: Problem, chunk_size: int = 64) -> tuple[torch.Tenso
 
 def _sequence(problem: Problem, C: int, n: int, b: int, start: int, end: int) -> SequenceResult:
     """Return o ``[L, H, V]``, S_T ``[H, K, V]`` and z_T ``[H, K]`` for one sequence."""
-    s = problem.scale
+    s = problem.outer_scale
     seq = sequence_inputs(problem, n, b, start, end, heads_first=True)
     # q, k [H, L, K], v [H, L, V], g [H, L] (or [H, L, K], a vector gate)
     q, k, v, g = seq.q, seq.k, seq.v, seq.g

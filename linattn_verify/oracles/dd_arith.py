@@ -284,6 +284,72 @@ def dd_feature_map(x: Array, feature_map: str) -> tuple[Array, Array | None]:
     return np.where(positive, ph, eh), np.where(positive, pl, el)
 
 
+def dd_mul_d2(ah: Array, al: Array, b: tuple[float, float]) -> DD:
+    """Return a·b for a dd constant b (a pair of floats), as `dd_mul`."""
+    return dd_mul(ah, al, np.full_like(ah, b[0]), np.full_like(ah, b[1]))
+
+
+def _dd_inverse_sqrt(n: int) -> tuple[float, float]:
+    """1/√n as a dd pair (to ~2^-106), from mpmath at 200 bits."""
+    with mpmath.workprec(200):
+        value = 1 / mpmath.sqrt(n)
+        hi = float(value)
+        return hi, float(value - hi)
+
+
+def _dd_outer(xh: Array, xl: Array | None) -> DD:
+    """(x_i x_j) i-major ``[..., K*K]`` as dd products."""
+    lo = None if xl is None else xl[..., :, None]
+    lo_t = None if xl is None else xl[..., None, :]
+    if lo is None or lo_t is None:
+        ph, pl = two_prod(xh[..., :, None], xh[..., None, :])
+    else:
+        ph, pl = dd_mul(xh[..., :, None], lo, xh[..., None, :], lo_t)
+    shape = (*xh.shape[:-1], -1)
+    return ph.reshape(shape), pl.reshape(shape)
+
+
+def dd_lift(
+    x: Array,
+    feature_map: str,
+    *,
+    prescale: float = 1.0,
+    weights: Array | None = None,
+    stabilise: bool = False,
+) -> DD:
+    """Return a lifted map's φ(prescale·x) ``[..., F]`` as a dd pair (docs: feature_maps).
+
+    ``stabilise`` (favor+ only) subtracts c = max_f y_f from each row's exponents first: the
+    features of a normalized favor+ query with eps = 0 (`linattn_verify.semantics`).
+    """
+    if prescale == 1.0:
+        xh, xl = x, np.zeros_like(x)
+    else:
+        xh, xl = two_prod(x, np.full_like(x, prescale))
+    if feature_map in ("taylor2", "rebased"):
+        qh, ql = _dd_outer(xh, xl)
+        if feature_map == "rebased":
+            return qh, ql
+        qh, ql = dd_mul_d2(qh, ql, _INV_SQRT2)
+        one = np.ones_like(xh[..., :1])
+        return (
+            np.concatenate([one, xh, qh], axis=-1),
+            np.concatenate([np.zeros_like(one), xl, ql], axis=-1),
+        )
+    assert feature_map == "favor+"
+    assert weights is not None, "favor+ needs its projection W [m, K]"
+    wx = dd_matmul(xh, xl, np.ascontiguousarray(weights.T), None)  # [..., m]
+    sq = dd_sum(*dd_mul(xh, xl, xh, xl))  # |x|² [...]
+    yh, yl = dd_add(wx[0], wx[1], -0.5 * sq[0][..., None], -0.5 * sq[1][..., None])
+    if stabilise:
+        yh, yl = dd_add_d(yh, yl, -yh.max(axis=-1, keepdims=True))
+    eh, el = dd_exp(yh, yl)
+    return dd_mul_d2(eh, el, _dd_inverse_sqrt(weights.shape[0]))
+
+
+_INV_SQRT2 = _dd_inverse_sqrt(2)
+
+
 __all__ = [
     "DD",
     "Array",
@@ -293,6 +359,7 @@ __all__ = [
     "dd_div",
     "dd_exp",
     "dd_feature_map",
+    "dd_lift",
     "dd_matmul",
     "dd_mul",
     "dd_mul_d",

@@ -37,6 +37,7 @@ from linattn_verify.oracles.dd_arith import (
     dd_div,
     dd_exp,
     dd_feature_map,
+    dd_lift,
     dd_matmul,
     dd_mul,
     dd_mul_d,
@@ -110,7 +111,8 @@ def dd_forward(
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise InvalidArgument(f"Got chunk_size={chunk_size!r}, but chunk_size must be an int >= 1.")
     p = problem.to(torch.float64, "cpu")
-    B, T, H, K, V = p.shape
+    B, T, H, _, V = p.shape
+    K = p.feature_dim
     W = V + 1 if p.normalize else V
     q, k, v = p.q.numpy(), p.k.numpy(), p.v.numpy()
     g = None if p.g is None else p.g.numpy()
@@ -146,15 +148,15 @@ def dd_forward(
             if form == "chunk" and C >= L:
                 C = max(1, min(16, L // 2))
         (nh, nl), (sh, sl) = _sequence(
-            dd_feature_map(np.ascontiguousarray(qs), p.feature_map),
-            dd_feature_map(np.ascontiguousarray(ks), p.feature_map),
+            _features(np.ascontiguousarray(qs), p, query=True),
+            _features(np.ascontiguousarray(ks), p, query=False),
             np.ascontiguousarray(vs),
             gs,
             S0,
             min(C, L),
         )
         S_h[n], S_l[n] = sh, sl
-        nh, nl = dd_mul_d(nh, nl, p.scale)  # [H, L, W]
+        nh, nl = dd_mul_d(nh, nl, p.outer_scale)  # [H, L, W]
         if p.normalize:
             zh, zl = dd_add_d(nh[..., V], nl[..., V], p.eps)
             zero = zh == 0
@@ -169,6 +171,20 @@ def dd_forward(
     state = (S_h[..., :V], S_l[..., :V])
     key_sum = (S_h[..., V], S_l[..., V]) if p.normalize else None
     return DDForward(o=(o_h, o_l), final_state=state, final_key_sum=key_sum)
+
+
+def _features(x: Array, p: Problem, *, query: bool) -> tuple[Array, Array | None]:
+    """φ of queries or keys ``[H, L, K]`` as the problem defines them (`Problem.query_features`)."""
+    if not p.lifted:
+        return dd_feature_map(x, p.feature_map)
+    weights = None if p.feature_weights is None else p.feature_weights.numpy()
+    return dd_lift(
+        x,
+        p.feature_map,
+        prescale=p.scale if query and p.outer_scale != p.scale else 1.0,
+        weights=weights,
+        stabilise=query and p.stabilised_queries,
+    )
 
 
 def _sequence(

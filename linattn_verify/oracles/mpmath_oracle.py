@@ -93,7 +93,8 @@ def mpmath_forward(problem: Problem, *, dps: int = 50, form: MPForm = "auto") ->
             f"Got form={form!r}, but form must be 'auto', 'parallel' or 'recurrent'."
         )
     p = problem.to(torch.float64, "cpu")
-    B, T, H, K, V = p.shape
+    B, T, H, _, V = p.shape
+    K = p.feature_dim
     W = V + 1 if p.normalize else V
     q, k, v = p.q.numpy(), p.k.numpy(), p.v.numpy()
     g = None if p.g is None else p.g.numpy()
@@ -104,13 +105,13 @@ def mpmath_forward(problem: Problem, *, dps: int = 50, form: MPForm = "auto") ->
     z_T = np.empty((p.num_sequences, H, K), dtype=object) if p.normalize else None
     with mpmath.mp.workdps(dps):
         mpf = mpmath.mpf
-        scale, eps = mpf(p.scale), mpf(p.eps)
+        scale, eps = mpf(p.outer_scale), mpf(p.eps)
         for n, b, start, end in p.sequences():
             L = end - start
             chosen = choose_form(L, K, W) if form == "auto" else form
             for h in range(H):
-                qs = [_feature_row(q[b, t, h], p.feature_map) for t in range(start, end)]
-                ks = [_feature_row(k[b, t, h], p.feature_map) for t in range(start, end)]
+                qs = [_features(q[b, t, h], p, query=True) for t in range(start, end)]
+                ks = [_features(k[b, t, h], p, query=False) for t in range(start, end)]
                 vs = [[mpf(x) for x in v[b, t, h]] for t in range(start, end)]
                 if p.normalize:
                     vs = [[*row, mpf(1)] for row in vs]
@@ -141,6 +142,29 @@ def mpmath_forward(problem: Problem, *, dps: int = 50, form: MPForm = "auto") ->
                     if z_T is not None:
                         z_T[n, h, m] = state[m][V]
     return MPForward(o=o, final_state=S_T, final_key_sum=z_T, dps=dps)
+
+
+def _features(x: npt.NDArray[np.float64], p: Problem, *, query: bool) -> list[Any]:
+    """φ of one query or key row as the problem defines it (`Problem.query_features`)."""
+    if not p.lifted:
+        return _feature_row(x, p.feature_map)
+    mpf = mpmath.mpf
+    if p.feature_map in ("taylor2", "rebased"):
+        xs = [mpf(e) * (mpf(p.scale) if query else 1) for e in x]
+        quad = [a * b for a in xs for b in xs]
+        if p.feature_map == "rebased":
+            return quad
+        half = 1 / mpmath.sqrt(2)
+        return [mpf(1), *xs, *(e * half for e in quad)]
+    assert p.feature_weights is not None
+    xs = [mpf(e) for e in x]
+    norm2 = mpmath.fdot(xs, xs)
+    ys = [mpmath.fdot([mpf(w) for w in row], xs) - norm2 / 2 for row in p.feature_weights.numpy()]
+    if query and p.stabilised_queries:
+        top = max(ys)
+        ys = [y - top for y in ys]
+    root = mpmath.sqrt(len(ys))
+    return [mpmath.exp(y) / root for y in ys]
 
 
 def _feature_row(x: npt.NDArray[np.float64], feature_map: str) -> list[Any]:

@@ -45,7 +45,7 @@ def parallel_reference(problem: Problem) -> tuple[torch.Tensor, State]:
 
 def _sequence(problem: Problem, n: int, b: int, start: int, end: int) -> SequenceResult:
     """Return o ``[L, H, V]``, S_T ``[H, K, V]`` and z_T ``[H, K]`` for one sequence."""
-    s = problem.scale
+    s = problem.outer_scale
     seq = sequence_inputs(problem, n, b, start, end, heads_first=True)
     q, k, v, H, L = seq.q, seq.k, seq.v, seq.H, seq.L  # [H, L, K], [H, L, K], [H, L, V]
     mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()

@@ -54,7 +54,7 @@ def recurrent_reference(problem: Problem) -> tuple[torch.Tensor, State]:
 
 def _sequence(problem: Problem, n: int, b: int, start: int, end: int) -> SequenceResult:
     """Return o ``[L, H, V]``, S_T ``[H, K, V]`` and z_T ``[H, K]`` for one sequence."""
-    s = problem.scale
+    s = problem.outer_scale
     seq = sequence_inputs(problem, n, b, start, end, heads_first=False)
     q, k, v = seq.q, seq.k, seq.v  # [L, H, K], [L, H, K], [L, H, V]
     L, H, V = seq.L, seq.H, seq.V

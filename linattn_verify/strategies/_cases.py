@@ -11,8 +11,16 @@ import torch
 from hypothesis import strategies as st
 
 from linattn_verify.errors import InvalidArgument
+from linattn_verify.feature_maps import feature_dim
 from linattn_verify.kernel import Kernel
 from linattn_verify.semantics import OMITTABLE, Problem, validate_problem
+from linattn_verify.strategies._lifted import (
+    FAMILY_MAPS,
+    PROJECTIONS,
+    joint_values,
+    largest_key_dim,
+    projection_values,
+)
 from linattn_verify.strategies._shapes import (
     DEFAULT_MODULI,
     batch_sizes,
@@ -40,7 +48,7 @@ from linattn_verify.strategies._tensors import (
     value_families,
 )
 from linattn_verify.strategies._tensors import layouts as layout_names
-from linattn_verify.typing import GATES, FeatureMap, Gate
+from linattn_verify.typing import GATES, LIFTED_MAPS, FeatureMap, Gate
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,8 @@ class ProblemSpec:
     layout: str = "contiguous"
     omit: tuple[str, ...] = ()
     gate: Gate = "scalar"
+    projection: str | None = None
+    features: int = 0
 
     family = "linear_attn"
 
@@ -96,6 +106,13 @@ class ProblemSpec:
                 raise InvalidArgument(
                     f"Got {name}={getattr(self, name)!r}, but {name} must be one of {allowed}."
                 )
+        favor = self.feature_map == "favor+"
+        if favor != (self.projection in PROJECTIONS) or favor != (self.features >= 1):
+            raise InvalidArgument(
+                f"Got feature_map={self.feature_map!r} with projection={self.projection!r}, "
+                f"features={self.features!r}: favor+ needs a projection of {PROJECTIONS} and "
+                "features >= 1; every other map has projection=None and features=0."
+            )
         if self.gate == "vector" and self.decay == "none":
             raise InvalidArgument(
                 "Got gate='vector' with decay='none'; a problem without decay has gate='scalar'."
@@ -120,13 +137,20 @@ class ProblemSpec:
         v = family_values(v_family, "v", (B, T, H, V), gen, near_max=big)
         g = decay_values(self.decay, (B, T, H, K) if self.gate == "vector" else (B, T, H), gen)
         N = B if self.segments is None else len(self.segments)
+        F = feature_dim(self.feature_map, K, torch.empty(self.features, K))
         h0: Any = None
         if self.initial_state:
-            S0 = torch.randn(N, H, K, V, generator=gen)
-            h0 = (S0, torch.rand(N, H, K, generator=gen)) if self.normalize else S0
+            S0 = torch.randn(N, H, F, V, generator=gen)
+            h0 = (S0, torch.rand(N, H, F, generator=gen)) if self.normalize else S0
         cu = None
         if self.segments is not None:
             cu = torch.tensor([0, *torch.tensor(self.segments, dtype=torch.int64).cumsum(0)])
+        # Drawn after everything else, so the draws of the other maps' cases do not move.
+        W = None
+        if self.projection is not None:
+            W = projection_values(self.projection, self.features, K, gen).to(device)
+        scale = K**-0.5 if self.scale is None else self.scale
+        q, k = joint_values(self.values, self.feature_map, q, k, scale, gen)
 
         def place(x: torch.Tensor) -> torch.Tensor:
             # Values are fixed before the layout is applied: layouts change strides only.
@@ -144,6 +168,7 @@ class ProblemSpec:
             initial_state=_to(h0, device),
             output_final_state=self.output_final_state,
             cu_seqlens=cu,
+            feature_weights=W,
         )
         return replace(problem, omit=frozenset(self.omit))
 
@@ -190,6 +215,7 @@ def problem_specs(
     max_heads: int = 2,
     even_head_dims: Sequence[str] = (),
     omittable: Sequence[str] = OMITTABLE,
+    max_feature_dim: int = 32,
 ) -> st.SearchStrategy[ProblemSpec]:
     """Generate `ProblemSpec`: any shape, dtype, option, layout and value family within limits.
 
@@ -208,7 +234,12 @@ def problem_specs(
     identity or relu it is merely a large negative offset); ``large`` values only with dtypes
     other than float16 (fp16 outputs would overflow: a range failure, not a rounding one);
     B = 1 whenever ``cu_seqlens`` is drawn (the function requires it); eps = 0 for
-    unnormalized cases (eps only applies to the normalizer); scales <= 0.
+    unnormalized cases (eps only applies to the normalizer); scales <= 0. A lifted map
+    (`linattn_verify.feature_maps`) draws K so that its feature dimension F stays within
+    ``max_feature_dim``, never a vector gate, and never ``underflowing_features`` or
+    ``near_max`` (both calibrated for elementwise maps); ``score_cancellation`` and
+    ``large_norm`` are drawn only with the maps they stress (`_lifted.FAMILY_MAPS`). favor+
+    draws its W: ``gaussian`` or ``orthogonal``, m from 1-4 or 5 up to ``max_feature_dim``.
 
     Args:
         min_seq_len: Shortest T. Default: `1`.
@@ -234,6 +265,9 @@ def problem_specs(
         omittable: Arguments the calling style may leave out at their default (of
             `linattn_verify.semantics.OMITTABLE`); `()` passes every argument explicitly.
             Default: all.
+        max_feature_dim: Largest feature dimension F of a lifted map (its state's rows; F = m
+            for favor+, 1 + K + K² for taylor2, K² for rebased). Default: `32` (taylor2 up to
+            K = 4, rebased K = 5, favor+ m = 32; `check`'s size reach goes to 64).
 
     Raises:
         InvalidArgument: naming the first malformed argument.
@@ -248,6 +282,7 @@ def problem_specs(
     check_int_range("head_dim", min_head_dim, max_head_dim, lowest=1)
     check_int_range("batch_size", 1, max_batch_size, lowest=1)
     check_int_range("heads", 1, max_heads, lowest=1)
+    check_int_range("feature_dim", 1, max_feature_dim, lowest=1)
     dtypes = check_choices("dtypes", dtypes, tuple(DTYPES))
     feature_maps = check_choices("feature_maps", feature_maps, get_args(FeatureMap))
     values = check_choices("values", values, VALUE_FAMILIES)
@@ -296,6 +331,7 @@ def problem_specs(
         max_batch_size=max_batch_size,
         max_heads=max_heads,
         omittable=tuple(n for n in OMITTABLE if n in omittable),
+        max_feature_dim=max_feature_dim,
     )
 
 
@@ -320,20 +356,28 @@ def _problem_specs(
     max_batch_size: int,
     max_heads: int,
     omittable: tuple[str, ...],
+    max_feature_dim: int,
 ) -> ProblemSpec:
     """Draw one spec from validated arguments (see `problem_specs`)."""
     seq_len = draw(T, label="T")
     fmap = draw(st.sampled_from(feature_maps), label="feature_map")
     dtype = draw(float_dtypes(names=dtypes), label="dtype")
+    lifted = fmap in LIFTED_MAPS
     families = [f for f in values if f != "underflowing_features" or fmap == "elu1"]
-    families = [f for f in families if f != "large" or dtype != "float16"] or ["normal"]
+    families = [f for f in families if f != "large" or dtype != "float16"]
+    families = [f for f in families if f not in FAMILY_MAPS or fmap in FAMILY_MAPS[f]]
+    families = [f for f in families if not lifted or f != "near_max"] or ["normal"]
     use_varlen = varlen and draw(st.booleans(), label="varlen")
     is_normalized = draw(st.sampled_from(normalize), label="normalize")
     K, V = draw(head_dim, label="K"), draw(head_dim, label="V")
+    if lifted and fmap != "favor+":
+        K = max(head_dim_range[0], min(K, largest_key_dim(fmap, max_feature_dim)))
     if dtype in even_head_dims:
         K, V = _even(K, *head_dim_range), _even(V, *head_dim_range)
-    gate = draw(st.sampled_from([kind for kind in GATES if decays[kind]]), label="gate")
-    decay = draw(st.sampled_from(decays[gate]), label="decay")
+    # A lifted map takes no vector gate (semantics); without a scalar family it has no decay.
+    gate_kinds = [kind for kind in GATES if decays[kind] and not (lifted and kind == "vector")]
+    gate: Gate = draw(st.sampled_from(gate_kinds or ["scalar"]), label="gate")
+    decay = draw(st.sampled_from(decays[gate] or ("none",)), label="decay")
     spec = ProblemSpec(
         B=1 if use_varlen else draw(batch_sizes(max_value=max_batch_size), label="B"),
         T=seq_len,
@@ -353,6 +397,7 @@ def _problem_specs(
         seed=draw(st.integers(0, 2**31 - 1), label="seed"),
         gate=gate,
         layout=draw(layout_names(names=layouts), label="layout"),
+        **_projection(draw, fmap, max_feature_dim),
     )
     # The calling style, drawn last so that it cannot shift the draws of the case itself.
     defaults = _at_default(spec)
@@ -362,6 +407,18 @@ def _problem_specs(
     # Each left out with probability 3/4; 0 (passed explicitly) is what it shrinks to.
     omit = tuple(n for n in candidates if draw(st.integers(0, 3), label=f"omit {n}"))
     return replace(spec, omit=omit)
+
+
+def _projection(draw: st.DrawFn, feature_map: str, max_feature_dim: int) -> dict[str, Any]:
+    """favor+'s projection kind and feature count m (small or large), else nothing."""
+    if feature_map != "favor+":
+        return {}
+    small = st.integers(1, min(4, max_feature_dim))
+    large = st.integers(min(5, max_feature_dim), max_feature_dim)
+    return {
+        "projection": draw(st.sampled_from(PROJECTIONS), label="projection"),
+        "features": draw(st.one_of(small, large), label="features"),
+    }
 
 
 def _at_default(spec: ProblemSpec) -> frozenset[str]:
@@ -454,6 +511,7 @@ def kernel_specs(
         chunk_sizes=cap.chunk_sizes or DEFAULT_MODULI,
         even_head_dims=tuple(d for d in cap.even_head_dims if d in dtypes),
         omittable=tuple(n for n in OMITTABLE if declared.get(n, True)),
+        max_feature_dim=min(32, cap.max_feature_dim or 32),
     )
 
 

@@ -31,8 +31,11 @@ VALUE_FAMILIES = (
     "underflowing_features",
     "positive",
     "near_max",
+    "score_cancellation",
+    "large_norm",
 )
-"""Families of q/k/v values (docs/design.md §9). ``underflowing_features`` puts q, k near -100 so
+"""Families of q/k/v values (docs/design.md §9). The last two stress lifted feature maps only
+(`linattn_verify.strategies._lifted`). ``underflowing_features`` puts q, k near -100 so
 that elu1 features underflow; ``large`` uses magnitudes around 1e3; ``tiny`` around 1e-20;
 ``positive`` makes q, k >= 0 (features without cancellation when no feature map is applied);
 ``near_max`` puts |q|, |k| near sqrt(max / (T·K·V)) of the dtype (see `near_max_magnitude`)."""
@@ -297,12 +300,13 @@ def random_cotangents(problem: Problem, seed: int) -> tuple[torch.Tensor, Any]:
         (fp32), or the pair ``(dS_T, dz_T)`` for normalized problems.
     """
     gen = torch.Generator().manual_seed(seed)
-    _, _, H, K, V = problem.shape
+    _, _, H, _, V = problem.shape
+    F = problem.feature_dim  # the state's rows (K for an elementwise map)
     N = problem.num_sequences
     do = torch.randn(problem.v.shape, generator=gen).to(problem.q.dtype)
-    dS = torch.randn(N, H, K, V, generator=gen)
+    dS = torch.randn(N, H, F, V, generator=gen)
     if problem.normalize:
-        return do, (dS, torch.randn(N, H, K, generator=gen))
+        return do, (dS, torch.randn(N, H, F, generator=gen))
     return do, dS
 
 

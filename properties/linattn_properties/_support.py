@@ -316,11 +316,12 @@ def nonfinite_allowed(kernel: Kernel, problem: Problem) -> dict[str, torch.Tenso
 
 def final_shapes(problem: Problem) -> dict[str, tuple[int, ...]]:
     """Return the shapes of the final-state tensors of ``problem``, by name."""
-    _, _, H, K, V = problem.shape
+    _, _, H, _, V = problem.shape
+    F = problem.feature_dim
     N = problem.num_sequences
-    shapes: dict[str, tuple[int, ...]] = {"final_state": (N, H, K, V)}
+    shapes: dict[str, tuple[int, ...]] = {"final_state": (N, H, F, V)}
     if problem.normalize:
-        shapes["final_key_sum"] = (N, H, K)
+        shapes["final_key_sum"] = (N, H, F)
     return shapes
 
 

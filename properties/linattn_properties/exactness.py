@@ -215,7 +215,10 @@ def dyadic_inputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     choices = [m for m in ("identity", "relu") if m in maps]
     if not choices:
         return not_applicable(
-            prop, kernel, spec, f"{kernel.name}: feature maps {maps} are irrational"
+            prop,
+            kernel,
+            spec,
+            f"{kernel.name}: feature maps {maps} have no exact dyadic oracle (identity, relu)",
         )
     feature_map = spec.feature_map if spec.feature_map in choices else choices[0]
     try:

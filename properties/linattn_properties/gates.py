@@ -25,6 +25,7 @@ from linattn_verify.kernel import Kernel
 from linattn_verify.results import PropertyResult
 from linattn_verify.strategies import ProblemSpec, random_cotangents
 from linattn_verify.tolerance import TensorBound
+from linattn_verify.typing import LIFTED_MAPS
 
 
 def _summed_over_keys(label: str, value: torch.Tensor, tb: TensorBound) -> Side:
@@ -71,6 +72,10 @@ def scalar_gate_matches_repeated_vector(
     name = "scalar_gate_matches_repeated_vector"
     if spec.gate != "scalar" or spec.decay == "none":
         return not_applicable(name, kernel, spec, "the case has no scalar gate")
+    if spec.feature_map in LIFTED_MAPS:
+        return not_applicable(
+            name, kernel, spec, f"{spec.feature_map} is lifted: a vector gate does not apply to it"
+        )
     case = prepare_case(name, spec, kernel)
     if isinstance(case, PropertyResult):
         return case

@@ -22,7 +22,11 @@ from linattn_properties._support import (
     run_kernel,
 )
 from linattn_verify.compare import check_against_oracle
-from linattn_verify.feature_maps import apply_feature_map, feature_map_derivative
+from linattn_verify.feature_maps import (
+    apply_feature_map,
+    feature_map_derivative,
+    lift_sensitivity,
+)
 from linattn_verify.kernel import Kernel
 from linattn_verify.oracles.parallel import State, parallel_reference
 from linattn_verify.results import PropertyResult
@@ -162,6 +166,13 @@ def _denominator_condition(problem: Problem, scales: Mapping[str, float]) -> tor
     )
 
     def reach(name: str, x: torch.Tensor) -> torch.Tensor:
+        if problem.lifted:
+            query = name == "q"
+            phi = problem.query_features(x) if query else problem.key_features(x)
+            pre = abs(problem.scale) if query and problem.outer_scale != problem.scale else 1.0
+            xin = x * problem.scale if pre != 1.0 else x
+            moved = lift_sensitivity(xin, problem.feature_map, problem.feature_weights, phi)
+            return phi.abs() + scales.get(name, 0.0) * pre * moved
         phi = apply_feature_map(x, problem.feature_map).abs()
         return phi + scales.get(name, 0.0) * feature_map_derivative(x, problem.feature_map).abs()
 
@@ -170,7 +181,8 @@ def _denominator_condition(problem: Problem, scales: Mapping[str, float]) -> tor
         q=reach("q", problem.q),
         k=reach("k", problem.k),
         feature_map="identity",
-        scale=abs(problem.scale),
+        feature_weights=None,
+        scale=abs(problem.outer_scale),
         initial_state=(
             None if z0 is None else (z0.abs() + scales.get("initial_key_sum", 0.0))[..., None]
         ),
@@ -219,7 +231,8 @@ def float64_path_passes_gradcheck(
         return not_applicable(name, kernel_name, spec, "; ".join(notes))
     tiny = torch.finfo(torch.float64).tiny
     for n in ("q", "k"):
-        features = apply_feature_map(getattr(problem, n), problem.feature_map).abs()
+        x = getattr(problem, n)
+        features = (problem.query_features(x) if n == "q" else problem.key_features(x)).abs()
         if bool(((features > 0) & (features < tiny)).any()):
             # float64 is a sufficient oracle only inside its normal range (docs/error-model.md
             # §6.3); elu1 of x < -708 is subnormal there, and its products lose all relative

@@ -23,7 +23,6 @@ from linattn_properties._support import (
 from linattn_verify.compare import Side, compare, compare_pair
 from linattn_verify.compare._elementwise import safe_ratio
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map
 from linattn_verify.kernel import Kernel
 from linattn_verify.results import Comparison, PropertyResult
 from linattn_verify.semantics import Problem, validate_problem
@@ -52,6 +51,7 @@ def _subproblem(problem: Problem, start: int, end: int, initial_state: Any) -> P
         feature_map=problem.feature_map,
         initial_state=initial_state,
         output_final_state=True,
+        feature_weights=problem.feature_weights,
     )
 
 
@@ -72,14 +72,14 @@ def _carried_state_error(
     with o_t, Z_t the exact whole-run values (inf, i.e. unverifiable, where C_t >= |Z_t| > 0).
     """
     p = problem.to(torch.float64)
-    phi_q = apply_feature_map(p.q[:, s:], p.feature_map).abs()  # [B, L, H, K]
+    phi_q = p.query_features(p.q[:, s:]).abs()  # [B, L, H, F]
     if p.g is None:
         w = torch.ones_like(phi_q)
     else:
         # The decay from s to t, per key dimension (a scalar gate repeated over K).
         G = torch.cumsum(p.g[:, s:], dim=1)
         w = torch.exp(G if p.vector_gate else G[..., None]).expand_as(phi_q)  # [B, L, H, K]
-    weighted_q = abs(p.scale) * w * phi_q
+    weighted_q = abs(p.outer_scale) * w * phi_q
     A = torch.einsum("blhk,bhkv->blhv", weighted_q, e_S)
     carried = {"final_state": w[:, -1, :, :, None] * e_S}
     if not p.normalize:

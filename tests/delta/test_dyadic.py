@@ -205,7 +205,9 @@ def fla_kernels() -> Iterator[list[DeltaKernel]]:
     interpreter.disable(patches=[p for p in interpreter.PATCHES if p not in before])
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+# The 16-bit dtypes, where FLA's recipes store intermediates narrower than the input and the
+# widths decide; in float32 nothing is stored narrower (the soak draws those cases).
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_holds_on_fla_kernels(fla_kernels: list[DeltaKernel], dtype: str) -> None:
     for kernel in fla_kernels:
         if dtype not in kernel.capabilities.dtypes:

@@ -78,7 +78,9 @@ def test_elu1_only_kernels_are_not_applicable() -> None:
     kernel = Kernel("elu1-only", float32_reference("parallel"), elu1, RECIPES["parallel"])
     result = dyadic_inputs_exact(base(), kernel)
     assert result.status == "not_applicable"
-    assert result.reason == "elu1-only: feature maps ('elu1',) are irrational"
+    assert result.reason == (
+        "elu1-only: feature maps ('elu1',) have no exact dyadic oracle (identity, relu)"
+    )
 
 
 # Meta tests: a kernel rounding P to bf16, or dividing sloppily, must fail.

@@ -15,6 +15,7 @@ from linattn_verify.kernel import Kernel
 from linattn_verify.reach import (
     MAX_SEQ_LEN,
     REACH_HEADS,
+    REACH_MAX_FEATURES,
     RERUNS,
     VECTOR_BOUND_ELEMENTS,
     Item,
@@ -27,6 +28,7 @@ from linattn_verify.reach import (
 )
 from linattn_verify.registry import get_kernel
 from linattn_verify.results import PropertyResult
+from linattn_verify.typing import LIFTED_MAPS
 
 
 def _chunked(C: int = 64, **capabilities: object) -> Kernel:
@@ -94,8 +96,15 @@ def test_reach_specs_are_supported_realistic_and_reproducible() -> None:
     for size in boundary_sizes(kernel, max_seq_len=600):
         spec = reach_spec(kernel, size, seed=3)
         assert spec == reach_spec(kernel, size, seed=3)
-        assert kernel.supports(kernel.prepare(spec.build())) is None, spec
-        assert (spec.K, spec.V) == (size.K, size.V)
+        problem = kernel.prepare(spec.build())
+        assert kernel.supports(problem) is None, spec
+        assert spec.V == size.V
+        if spec.feature_map in LIFTED_MAPS:
+            # A lifted map's state has F rows: its K is capped so that F stays within reach.
+            assert spec.K <= size.K or spec.K == 2
+            assert problem.feature_dim <= REACH_MAX_FEATURES
+        else:
+            assert spec.K == size.K
         longest = spec.T if spec.segments is None else max(spec.segments)
         assert longest == size.T
         assert spec.values in ("normal", "positive")

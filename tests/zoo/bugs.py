@@ -44,7 +44,9 @@ from linattn_verify.reference_kernels import (
 from linattn_verify.registry import FULL as EVERYTHING
 from linattn_verify.semantics import Problem
 
-FULL = replace(EVERYTHING, gates=("scalar",))
+# The elementwise feature maps: the lifted ones have their own zoo (lifted_bugs.py), and several
+# twins here build their features elementwise.
+FULL = replace(EVERYTHING, gates=("scalar",), feature_maps=("identity", "elu1", "relu"))
 """What the scalar-gate kernels here support: everything the function allows, g ``[B, T, H]``
 (the vector-gate kernels are in `vector_bugs.py`)."""
 

@@ -34,7 +34,8 @@ bugs = import_file(Path(__file__).with_name("bugs.py"), "_linattn_zoo_bugs_for_v
 
 State = Any
 C = REFERENCE_CHUNK_SIZE
-VECTOR_CAPS = replace(FULL, gates=("vector",))
+# A vector gate takes no lifted feature map (they have no key dimensions to decay).
+VECTOR_CAPS = replace(FULL, gates=("vector",), feature_maps=("identity", "elu1", "relu"))
 """What the vector-gate kernels support: everything, with g ``[B, T, H, K]`` only."""
 
 

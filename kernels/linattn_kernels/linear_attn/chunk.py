@@ -51,6 +51,7 @@ from linattn_kernels.common.results import (
 )
 from linattn_kernels.common.tables import ChunkTable, chunk_bounds, chunk_table, sequence_bounds
 from linattn_kernels.gla.chunk import gla_chunk_bwd, gla_chunk_fwd
+from linattn_kernels.lifted import LIFTED_MAPS, lifted_attention
 from linattn_kernels.linear_attn.chunk_h import chunk_bwd_dh, chunk_fwd_h
 
 CHUNK_SIZES = (16, 32, 64, 128)
@@ -450,6 +451,7 @@ def chunked_linear_attention(
     output_final_state: bool = False,
     cu_seqlens: torch.Tensor | None = None,
     chunk_size: int = 64,
+    feature_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, State | None]:
     """Causal linear attention in the chunked form, differentiable in every tensor input.
 
@@ -464,14 +466,20 @@ def chunked_linear_attention(
         normalize: Divide by s φ(q_t)^T z_t + eps; a row whose denominator is exactly 0
             returns 0. Default: `False`.
         eps: Denominator offset, added in fp32; must be 0 unless normalized. Default: `0.0`.
-        feature_map: ``"identity"``, ``"elu1"`` or ``"relu"``, applied inside the kernel.
-            Default: `"identity"`.
+        feature_map: ``"identity"``, ``"elu1"`` or ``"relu"``, applied inside the kernel; or
+            a lifted map ``"taylor2"``, ``"rebased"`` or ``"favor+"`` (F = 1 + K + K², K² or
+            m features, at most 256), applied by `linattn_kernels.lifted.lifted_attention`
+            in its own kernel before this form runs on fp32 features (the state and
+            initial_state then have F rows; the scale of taylor2 and rebased multiplies q
+            before φ). Default: `"identity"`.
         initial_state: S_0 ``[N, H, K, V]``, or ``(S_0, z_0)`` with z_0 ``[N, H, K]`` when
             normalized. Default: `None`.
         output_final_state: Return the final state. Default: `False`.
         cu_seqlens: Packed sequence boundaries ``[N+1]`` (int, B == 1); the state restarts at
             each boundary and empty sequences are allowed. Default: `None`.
         chunk_size: Tokens per chunk, a power of two in [16, 128]. Default: `64`.
+        feature_weights: The projection W ``[m, K]`` of ``"favor+"`` (on q's device; it gets no
+            gradient); must be `None` for every other map. Default: `None`.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, H, V]`` in the input dtype; final_state `None` unless
@@ -481,6 +489,18 @@ def chunked_linear_attention(
     Raises:
         ValueError: naming the offending argument and what was expected.
     """
+    if feature_map in LIFTED_MAPS:
+        return lifted_attention(
+            chunked_linear_attention, q, k, v, g, scale=scale, normalize=normalize, eps=eps,
+            feature_map=feature_map, feature_weights=feature_weights,
+            initial_state=initial_state, output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens, chunk_size=chunk_size,
+        )  # fmt: skip
+    if feature_weights is not None:
+        raise ValueError(
+            f"Got feature_weights with feature_map={feature_map!r}; only 'favor+' takes a "
+            "projection W."
+        )
     chunk_size = check_chunk_size(chunk_size)
     x = prepare(
         q, k, v, g, scale=scale, normalize=normalize, eps=eps, feature_map=feature_map,
@@ -504,6 +524,11 @@ def precision_recipe(dtype: torch.dtype, *, chunk_size: int = 64) -> dict[str, o
     A vector gate (g ``[B, T, H, K]``, `linattn_kernels.gla`) takes the same roundings per term
     (its scores are elementwise products summed over K, docs/error-model.md §2.7), so one
     recipe describes both gates.
+
+    A lifted feature map (`linattn_kernels.lifted`) runs the fp32 path on fp32 features and
+    rounds o once: the recipe of float32, exactly. For compiled bf16 inputs the bf16 recipe
+    returned here over-covers it (three bf16 casts per term against at most four tf32 operand
+    roundings); see lifted/README.md, "Precision recipes".
 
     Args:
         dtype: The input dtype (float32, float16 or bfloat16).

@@ -15,6 +15,7 @@ the rounding structure and the design notes live in this package's README.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -33,7 +34,12 @@ from linattn_kernels.common.args import (
 from linattn_kernels.common.blocks import blocks, dot_low
 from linattn_kernels.common.decay import masked_decay
 from linattn_kernels.common.division import divide_or_zero, vanishes
-from linattn_kernels.common.feature_maps import feature_map_grad
+from linattn_kernels.common.feature_maps import (
+    SCORE_CODES,
+    feature_map_grad,
+    score_map,
+    score_map_grad,
+)
 from linattn_kernels.common.loads import (
     load_features,
     load_key_sum,
@@ -52,27 +58,14 @@ from linattn_kernels.common.results import (
     save_for_backward,
     saved_for_backward,
 )
-from linattn_kernels.common.tables import chunk_bounds, chunk_table, sequence_bounds
+from linattn_kernels.common.tables import chunk_bounds, chunk_table
 from linattn_kernels.gla.parallel import gla_parallel_bwd, gla_parallel_fwd
-from linattn_kernels.linear_attn.parallel_h import parallel_bwd_dh0, parallel_fwd_h
-
-
-@triton.jit
-def parallel_fwd_kernel_cumsum(g, G, cu_seqlens, H: tl.constexpr, BT: tl.constexpr):
-    """G_t = Σ_{s<=t} g_s within each sequence, in fp32 (grid: N, H)."""
-    i_n = tl.program_id(0).to(tl.int64)
-    i_h = tl.program_id(1).to(tl.int64)
-    bos, L = sequence_bounds(cu_seqlens, i_n)
-    o_b = tl.arange(0, BT)
-    b_carry = 0.0
-    for i_t in range(tl.cdiv(L, BT)):
-        o_t = i_t * BT + o_b
-        m_t = o_t < L
-        # [BT]
-        b_G = tl.cumsum(load_per_token(g, bos + o_t, m_t, i_h, H), 0) + b_carry
-        store_per_token(G, b_G, bos + o_t, m_t, i_h, H)
-        # Selecting the last entry exactly (not re-summing g) keeps G_end equal to the stored G_T.
-        b_carry = tl.sum(tl.where(o_b == BT - 1, b_G, 0.0), 0)
+from linattn_kernels.linear_attn.parallel_h import (
+    parallel_bwd_dh0,
+    parallel_bwd_kernel_dg,
+    parallel_fwd_h,
+    parallel_fwd_kernel_cumsum,
+)
 
 
 @triton.jit
@@ -80,7 +73,7 @@ def parallel_fwd_kernel(
     q, k, v, G, h0, z0, o, Z, chunk_indices, cu_seqlens, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    FEATURE: tl.constexpr, NORMALIZE: tl.constexpr, USE_G: tl.constexpr,
+    FEATURE: tl.constexpr, SCORE: tl.constexpr, NORMALIZE: tl.constexpr, USE_G: tl.constexpr,
     USE_H0: tl.constexpr, DOT_LOW: tl.constexpr,
 ):  # fmt: skip
     """o (and the denominator Z) for one query block of one sequence-head (grid: blocks, H)."""
@@ -111,6 +104,9 @@ def parallel_fwd_kernel(
         b_v = load_rows(v, bos + o_s, m_s, i_h, H, V, o_v, m_v)
         # [BT, BT]
         b_a = tl.dot(b_qd, tl.trans(operand(b_k, DOT_LOW, DT)))
+        if SCORE > 0:
+            # κ(0) = 1 for taylor2, so the mask must come after κ (README, "Score maps").
+            b_a = score_map(b_a * scale, SCORE)
         m_a = (o_t[:, None] >= o_s[None, :]) & m_t[:, None]
         if USE_G:
             b_Gk = load_per_token(G, bos + o_s, m_s, i_h, H)
@@ -134,10 +130,11 @@ def parallel_fwd_kernel(
         b_n += b_hn
         if NORMALIZE:
             b_z += b_hz
-    b_o = b_n * scale
+    # A score map has the scale inside κ(s q·k) already: o and Z take no outer scale.
+    b_o = b_n if SCORE > 0 else b_n * scale
     if NORMALIZE:
-        # eps is added in fp32, after the scale: Z = s φ(q)·z + eps exactly as the semantics say.
-        b_den = b_z * scale + eps
+        # eps is added in fp32, after any scale: Z = s φ(q)·z + eps exactly as the semantics say.
+        b_den = b_z + eps if SCORE > 0 else b_z * scale + eps
         b_o = divide_or_zero(b_o, b_den[:, None])
         store_per_token(Z, b_den, rows, m_t, i_h, H)
     store_rows(o, b_o, rows, m_t, i_h, H, V, o_v, m_v)
@@ -148,10 +145,10 @@ def parallel_bwd_kernel_dq(
     q, k, v, G, h0, z0, o, Z, do, dq, dGq, delta, chunk_indices, cu_seqlens, scale,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    FEATURE: tl.constexpr, NORMALIZE: tl.constexpr, USE_G: tl.constexpr,
+    FEATURE: tl.constexpr, SCORE: tl.constexpr, NORMALIZE: tl.constexpr, USE_G: tl.constexpr,
     USE_H0: tl.constexpr, DOT_LOW: tl.constexpr,
 ):  # fmt: skip
-    """dq, the query part q̃·dq̃ of dL/dG and δ_t = do_t·o_t for one query block."""
+    """dq, the query part of dL/dG (q̃·dq̃, or Σ_j κ_tj dκ_tj) and δ_t = do_t·o_t per query block."""
     i_c = tl.program_id(0).to(tl.int64)
     i_h = tl.program_id(1).to(tl.int64)
     DT = q.dtype.element_ty
@@ -175,6 +172,11 @@ def parallel_bwd_kernel_dq(
     if USE_G:
         b_Gq = load_per_token(G, rows, m_t, i_h, H)
     b_dq = tl.zeros([BT, BK], dtype=tl.float32)
+    if SCORE > 0:
+        # κ is not homogeneous: dL/dG needs Σ_j κ_tj dκ_tj itself, not q̃·dq̃.
+        b_qd = operand(b_q, DOT_LOW, DT)
+        # [BT]
+        b_dGs = tl.zeros([BT], dtype=tl.float32)
     for i_s in range(i_t + 1):
         o_s = i_s * BT + tl.arange(0, BT)
         m_s = o_s < L
@@ -190,6 +192,12 @@ def parallel_bwd_kernel_dq(
             b_dp = tl.where(m_a, b_dp * masked_decay(b_Gq[:, None], b_Gk[None, :], m_a), 0.0)
         else:
             b_dp = tl.where(m_a, b_dp, 0.0)
+        if SCORE > 0:
+            # x_tj = s q_t·k_j recomputed (the forward kept no T x T tile); dκ_tj is b_dp.
+            b_x = tl.dot(b_qd, tl.trans(operand(b_k, DOT_LOW, DT))) * scale
+            if USE_G:
+                b_dGs += tl.sum(score_map(b_x, SCORE) * b_dp, 1)
+            b_dp = b_dp * score_map_grad(b_x, SCORE)
         b_dq += tl.dot(operand(b_dp, DOT_LOW, DT), operand(b_k, DOT_LOW, DT))
     if USE_H0:
         b_h0 = load_tile(h0, i_n * H + i_h, K, V, o_k, o_v, m_k, m_v)
@@ -203,7 +211,10 @@ def parallel_bwd_kernel_dq(
         b_dq += b_dqh
     b_dq = b_dq * scale
     if USE_G:
-        store_per_token(dGq, tl.sum(b_q * b_dq, 1), rows, m_t, i_h, H)
+        if SCORE > 0:
+            store_per_token(dGq, b_dGs, rows, m_t, i_h, H)
+        else:
+            store_per_token(dGq, tl.sum(b_q * b_dq, 1), rows, m_t, i_h, H)
     store_rows(dq, b_dq * feature_map_grad(b_qx, FEATURE), rows, m_t, i_h, H, K, o_k, m_k)
 
 
@@ -212,10 +223,10 @@ def parallel_bwd_kernel_dkv(
     q, k, v, G, Z, delta, do, dht, dzt, dk, dv, dGk, chunk_indices, cu_seqlens, scale,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    FEATURE: tl.constexpr, NORMALIZE: tl.constexpr, USE_G: tl.constexpr,
+    FEATURE: tl.constexpr, SCORE: tl.constexpr, NORMALIZE: tl.constexpr, USE_G: tl.constexpr,
     USE_DHT: tl.constexpr, DOT_LOW: tl.constexpr,
 ):  # fmt: skip
-    """dk, dv and the key part k̃·dk̃ of dL/dG for one key block (loops over later queries)."""
+    """dk, dv and the key part of dL/dG (k̃·dk̃, or Σ_t κ_tj dκ_tj) for one key block."""
     i_c = tl.program_id(0).to(tl.int64)
     i_h = tl.program_id(1).to(tl.int64)
     DT = q.dtype.element_ty
@@ -237,6 +248,9 @@ def parallel_bwd_kernel_dkv(
         b_Gk = load_per_token(G, rows, m_s, i_h, H)
     b_dk = tl.zeros([BT, BK], dtype=tl.float32)
     b_dv = tl.zeros([BT, BV], dtype=tl.float32)
+    if SCORE > 0:
+        # [BT]
+        b_dGs = tl.zeros([BT], dtype=tl.float32)
     for i_t in range(i_s, tl.cdiv(L, BT)):
         o_t = i_t * BT + tl.arange(0, BT)
         m_t = o_t < L
@@ -245,6 +259,10 @@ def parallel_bwd_kernel_dkv(
         # [BT(keys), BT(queries)]: the transposed score and gradient blocks
         b_at = tl.dot(b_kd, tl.trans(operand(b_q, DOT_LOW, DT)))
         b_dpt = tl.dot(b_vd, tl.trans(b_dod))
+        if SCORE > 0:
+            b_xt = b_at * scale
+            b_kap = score_map(b_xt, SCORE)
+            b_at = b_kap
         m_a = (o_t[None, :] >= o_s[:, None]) & m_t[None, :]
         if NORMALIZE:
             b_den = load_per_token(Z, bos + o_t, m_t, i_h, H)
@@ -261,10 +279,17 @@ def parallel_bwd_kernel_dkv(
             b_dpt = b_dpt * b_w
         b_at = tl.where(m_a, b_at, 0.0)
         b_dpt = tl.where(m_a, b_dpt, 0.0)
+        if SCORE > 0:
+            # b_dpt is dκ (zero outside the mask); b_kap the unweighted, unnormalized κ.
+            if USE_G:
+                b_dGs += tl.sum(b_kap * b_dpt, 1)
+            b_dpt = b_dpt * score_map_grad(b_xt, SCORE)
         b_dv += tl.dot(operand(b_at, DOT_LOW, DT), b_dod)
         b_dk += tl.dot(operand(b_dpt, DOT_LOW, DT), operand(b_q, DOT_LOW, DT))
     b_dk = b_dk * scale
-    b_dv = b_dv * scale
+    # A score map's dv has no outer scale: dv_j = Σ_t κ_tj w_tj / Z_t do_t.
+    if SCORE == 0:
+        b_dv = b_dv * scale
     if USE_DHT:
         # The final state S_T = Σ_j exp(G_T - G_j) φ(k_j) v_j^T + ... sends dS_T back to every key.
         # [BK, BV]
@@ -280,34 +305,19 @@ def parallel_bwd_kernel_dkv(
         b_dk += b_dkf
         b_dv += b_dvf
     if USE_G:
-        store_per_token(dGk, tl.sum(b_k * b_dk, 1), rows, m_s, i_h, H)
+        if SCORE > 0:
+            store_per_token(dGk, b_dGs, rows, m_s, i_h, H)
+        else:
+            store_per_token(dGk, tl.sum(b_k * b_dk, 1), rows, m_s, i_h, H)
     store_rows(dk, b_dk * feature_map_grad(b_kx, FEATURE), rows, m_s, i_h, H, K, o_k, m_k)
     store_rows(dv, b_dv, rows, m_s, i_h, H, V, o_v, m_v)
 
 
-@triton.jit
-def parallel_bwd_kernel_dg(
-    dGq, dGk, dGend, dg, cu_seqlens, H: tl.constexpr, BT: tl.constexpr, USE_DHT: tl.constexpr
-):
-    """dg_s = Σ_{t>=s} (q̃_t·dq̃_t - k̃_t·dk̃_t) + ⟨dS_T, S_T⟩ + ⟨dz_T, z_T⟩ (grid: N, H)."""
-    i_n = tl.program_id(0).to(tl.int64)
-    i_h = tl.program_id(1).to(tl.int64)
-    bos, L = sequence_bounds(cu_seqlens, i_n)
-    o_b = tl.arange(0, BT)
-    b_carry = 0.0
-    if USE_DHT:
-        b_carry = tl.load(dGend + i_n * H + i_h)
-    NT = tl.cdiv(L, BT)
-    for i in range(NT):
-        o_t = (NT - 1 - i) * BT + o_b
-        m_t = o_t < L
-        # [BT]
-        b_d = load_per_token(dGq, bos + o_t, m_t, i_h, H)
-        b_d = b_d - load_per_token(dGk, bos + o_t, m_t, i_h, H)
-        # A reverse scan, not total - prefix, so short suffixes keep their own precision.
-        b_dg = tl.cumsum(b_d, 0, reverse=True) + b_carry
-        store_per_token(dg, b_dg, bos + o_t, m_t, i_h, H)
-        b_carry = tl.sum(tl.where(o_b == 0, b_dg, 0.0), 0)
+def _map_codes(x: Inputs) -> dict[str, int]:
+    """The kernels' ``FEATURE`` and ``SCORE`` constexprs (a score map loads q, k as identity)."""
+    if x.feature in SCORE_CODES.values():
+        return {"FEATURE": 0, "SCORE": x.feature}
+    return {"FEATURE": x.feature, "SCORE": 0}
 
 
 def parallel_fwd(x: Inputs) -> Forward:
@@ -323,6 +333,9 @@ def parallel_fwd(x: Inputs) -> Forward:
     """
     if x.g is not None and x.g.ndim == 4:
         return gla_parallel_fwd(x)
+    if x.feature in SCORE_CODES.values() and (x.h0 is not None or x.output_final_state):
+        # The state of a score map has F = K² (+ K + 1) rows: `lifted_attention` computes it.
+        raise ValueError("A score map's initial or final state goes through lifted_attention.")
     B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
     bl = blocks(K, V)
     device, dtype = x.q.device, x.q.dtype
@@ -336,8 +349,8 @@ def parallel_fwd(x: Inputs) -> Forward:
     parallel_fwd_kernel[(table.num_chunks, H)](
         q=x.q, k=x.k, v=x.v, G=G, h0=x.h0, z0=x.z0, o=o_acc, Z=Z,
         chunk_indices=table.chunk_indices, cu_seqlens=table.cu_seqlens, scale=x.scale, eps=x.eps,
-        H=H, K=K, V=V, BT=bl.BT, BK=bl.BK, BV=bl.BV, FEATURE=x.feature, NORMALIZE=x.normalize,
-        USE_G=G is not None, USE_H0=x.h0 is not None, DOT_LOW=low,
+        H=H, K=K, V=V, BT=bl.BT, BK=bl.BK, BV=bl.BV, NORMALIZE=x.normalize, USE_G=G is not None,
+        USE_H0=x.h0 is not None, DOT_LOW=low, **_map_codes(x),
     )  # fmt: skip
     ht = zt = None
     if x.output_final_state:
@@ -382,7 +395,7 @@ def parallel_bwd(
     common = {
         "chunk_indices": fwd.table.chunk_indices, "cu_seqlens": fwd.table.cu_seqlens,
         "scale": x.scale, "H": H, "K": K, "V": V, "BT": bl.BT, "BK": bl.BK, "BV": bl.BV,
-        "FEATURE": x.feature, "NORMALIZE": x.normalize, "USE_G": use_g, "DOT_LOW": low,
+        "NORMALIZE": x.normalize, "USE_G": use_g, "DOT_LOW": low, **_map_codes(x),
     }  # fmt: skip
     grid = (fwd.table.num_chunks, H)
     dq = empty_output((B, T, H, K), dtype, device)
@@ -464,6 +477,7 @@ def parallel_linear_attention(
     initial_state: State | None = None,
     output_final_state: bool = False,
     cu_seqlens: torch.Tensor | None = None,
+    feature_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, State | None]:
     """Causal linear attention in the parallel (tiled quadratic) form, differentiable.
 
@@ -474,16 +488,24 @@ def parallel_linear_attention(
         g: Natural-log decay (<= 0): ``[B, T, H]`` (one per token and head) or
             ``[B, T, H, K]`` (a vector gate, one per key dimension: the score weights become
             Σ_m φ(q_t)_m φ(k_j)_m exp(G_tm - G_jm)), or `None` for no decay. Default: `None`.
-        scale: s; `None` means K^-1/2. Default: `None`.
+        scale: s; `None` means K^-1/2 (K of the input, whatever the map). Default: `None`.
         normalize: Divide by s φ(q_t)·z_t + eps (a zero denominator gives 0). Default: `False`.
         eps: Denominator offset, added in fp32; normalized only. Default: `0.0`.
-        feature_map: ``"identity"``, ``"elu1"`` or ``"relu"``, applied inside the kernel.
-            Default: `"identity"`.
+        feature_map: ``"identity"``, ``"elu1"`` or ``"relu"``, applied inside the kernel; or a
+            lifted map (R^K -> R^F): ``"taylor2"`` (weight κ(s q·k), κ(x) = 1 + x + x²/2,
+            F = 1 + K + K²) or ``"rebased"`` (κ(x) = x², F = K²), whose scale multiplies the
+            query before the map, so no outer scale applies; or ``"favor+"`` (φ(x) =
+            exp(W x - |x|²/2)/√m, F = m, outer scale s). The two score maps are fused (κ of
+            the K-dim score, no features) unless there is an initial or a final state; those
+            cases and favor+ lift q and k first (`linattn_kernels.lifted`). A lifted map takes
+            a scalar gate or none. Default: `"identity"`.
         initial_state: S_0 ``[N, H, K, V]``, or ``(S_0, z_0)`` with z_0 ``[N, H, K]`` when
-            normalized. Default: `None`.
+            normalized (F rows instead of K for a lifted map). Default: `None`.
         output_final_state: Also return S_T (fp32), or ``(S_T, z_T)`` when normalized.
             Default: `False`.
         cu_seqlens: Packed sequence boundaries ``[N+1]`` (int, B == 1). Default: `None`.
+        feature_weights: favor+'s projection W ``[m, K]`` on q's device (required there, and
+            refused with any other map). Default: `None`.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, H, V]`` in the input dtype; final_state `None` unless
@@ -492,11 +514,36 @@ def parallel_linear_attention(
     Raises:
         ValueError: naming the argument that is malformed and what was expected.
     """
+    if feature_map in ("taylor2", "rebased", "favor+"):
+        if isinstance(g, torch.Tensor) and g.ndim == 4:
+            raise ValueError(
+                f"Got a vector gate g of shape {tuple(g.shape)} with feature_map={feature_map!r}: "
+                "a lifted map has no key dimensions to decay; pass a scalar gate g [B, T, H]."
+            )
+        if feature_map == "favor+" or initial_state is not None or output_final_state:
+            # Imported on use: only the lifted cases need the lift step's package.
+            from linattn_kernels.lifted import lifted_attention
+
+            return lifted_attention(
+                parallel_linear_attention, q, k, v, g, scale=scale, normalize=normalize, eps=eps,
+                feature_map=feature_map, feature_weights=feature_weights,
+                initial_state=initial_state, output_final_state=output_final_state,
+                cu_seqlens=cu_seqlens,
+            )  # fmt: skip
+    if feature_weights is not None:
+        raise ValueError(
+            f"Got feature_weights with feature_map={feature_map!r}; only 'favor+' takes a "
+            "projection W."
+        )
+    score = SCORE_CODES.get(feature_map)
     x = prepare(
-        q, k, v, g, scale=scale, normalize=normalize, eps=eps, feature_map=feature_map,
+        q, k, v, g, scale=scale, normalize=normalize, eps=eps,
+        feature_map="identity" if score is not None else feature_map,
         initial_state=initial_state, output_final_state=output_final_state,
         cu_seqlens=cu_seqlens,
     )  # fmt: skip
+    if score is not None:
+        x = replace(x, feature=score)
     o, ht, zt = ParallelLinearAttentionFunction.apply(x, x.q, x.k, x.v, x.g, x.h0, x.z0)
     return o, final_state(x, ht, zt)
 

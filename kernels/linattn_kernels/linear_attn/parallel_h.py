@@ -1,10 +1,12 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""The parallel form's state reductions: the final state S_T (z_T) and the gradient of S_0 (z_0).
+"""The parallel form's per-sequence reductions: the decay scans and the state reductions.
 
-Neither fits the query-block kernels of `parallel`, whose programs own tokens: here a program
-owns one ``[BKS, BVS]`` (at most 64 x 64) tile of the state of one sequence-head and reduces
-over all its tokens, with weights exp(G_T - G_j) (keys into S_T) and exp(G_t) (queries out of
-S_0) from the same whole-sequence cumulative decay G.
+The state reductions, the final state S_T (z_T) and the gradient of S_0 (z_0), do not fit the
+query-block kernels of `parallel`, whose programs own tokens: here a program owns one
+``[BKS, BVS]`` (at most 64 x 64) tile of the state of one sequence-head and reduces over all its
+tokens, with weights exp(G_T - G_j) (keys into S_T) and exp(G_t) (queries out of S_0) from the
+same whole-sequence cumulative decay G. The scans, G = cumsum(g) and the reverse dg scan, own a
+whole sequence-head each; `parallel` launches them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from linattn_kernels.common.loads import (
     load_tile,
     operand,
     store_key_sum,
+    store_per_token,
     store_tile,
 )
 from linattn_kernels.common.results import Forward
@@ -145,6 +148,49 @@ def parallel_bwd_kernel_dh0(
         store_key_sum(dz0, b_dz, i_n * H + i_h, K, o_k, m_k, i_v)
 
 
+@triton.jit
+def parallel_fwd_kernel_cumsum(g, G, cu_seqlens, H: tl.constexpr, BT: tl.constexpr):
+    """G_t = Σ_{s<=t} g_s within each sequence, in fp32 (grid: N, H)."""
+    i_n = tl.program_id(0).to(tl.int64)
+    i_h = tl.program_id(1).to(tl.int64)
+    bos, L = sequence_bounds(cu_seqlens, i_n)
+    o_b = tl.arange(0, BT)
+    b_carry = 0.0
+    for i_t in range(tl.cdiv(L, BT)):
+        o_t = i_t * BT + o_b
+        m_t = o_t < L
+        # [BT]
+        b_G = tl.cumsum(load_per_token(g, bos + o_t, m_t, i_h, H), 0) + b_carry
+        store_per_token(G, b_G, bos + o_t, m_t, i_h, H)
+        # Selecting the last entry exactly (not re-summing g) keeps G_end equal to the stored G_T.
+        b_carry = tl.sum(tl.where(o_b == BT - 1, b_G, 0.0), 0)
+
+
+@triton.jit
+def parallel_bwd_kernel_dg(
+    dGq, dGk, dGend, dg, cu_seqlens, H: tl.constexpr, BT: tl.constexpr, USE_DHT: tl.constexpr
+):
+    """dg_s = Σ_{t>=s} (q̃_t·dq̃_t - k̃_t·dk̃_t) + ⟨dS_T, S_T⟩ + ⟨dz_T, z_T⟩ (grid: N, H)."""
+    i_n = tl.program_id(0).to(tl.int64)
+    i_h = tl.program_id(1).to(tl.int64)
+    bos, L = sequence_bounds(cu_seqlens, i_n)
+    o_b = tl.arange(0, BT)
+    b_carry = 0.0
+    if USE_DHT:
+        b_carry = tl.load(dGend + i_n * H + i_h)
+    NT = tl.cdiv(L, BT)
+    for i in range(NT):
+        o_t = (NT - 1 - i) * BT + o_b
+        m_t = o_t < L
+        # [BT]
+        b_d = load_per_token(dGq, bos + o_t, m_t, i_h, H)
+        b_d = b_d - load_per_token(dGk, bos + o_t, m_t, i_h, H)
+        # A reverse scan, not total - prefix, so short suffixes keep their own precision.
+        b_dg = tl.cumsum(b_d, 0, reverse=True) + b_carry
+        store_per_token(dg, b_dg, bos + o_t, m_t, i_h, H)
+        b_carry = tl.sum(tl.where(o_b == 0, b_dg, 0.0), 0)
+
+
 def parallel_fwd_h(
     x: Inputs, *, G: torch.Tensor | None, table: ChunkTable, dot_low: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -213,4 +259,9 @@ def parallel_bwd_dh0(
     return dh0, dz0
 
 
-__all__ = ["parallel_bwd_dh0", "parallel_fwd_h"]
+__all__ = [
+    "parallel_bwd_dh0",
+    "parallel_bwd_kernel_dg",
+    "parallel_fwd_h",
+    "parallel_fwd_kernel_cumsum",
+]

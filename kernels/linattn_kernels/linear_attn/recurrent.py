@@ -38,6 +38,7 @@ from linattn_kernels.common.results import (
     saved_for_backward,
 )
 from linattn_kernels.gla.recurrent import gla_recurrent_bwd, gla_recurrent_fwd
+from linattn_kernels.lifted import LIFTED_MAPS, lifted_attention
 
 
 @triton.jit
@@ -391,6 +392,7 @@ def recurrent_linear_attention(
     initial_state: State | None = None,
     output_final_state: bool = False,
     cu_seqlens: torch.Tensor | None = None,
+    feature_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, State | None]:
     """Causal linear attention, token by token, with the state in registers.
 
@@ -409,12 +411,18 @@ def recurrent_linear_attention(
         scale: s; `None` means K^-1/2. Default: `None`.
         normalize: Divide by the key-sum denominator. Default: `False`.
         eps: Added in fp32 to the denominator; must be 0 unless normalized. Default: `0.0`.
-        feature_map: ``"identity"``, ``"elu1"`` or ``"relu"``, applied to q and k inside the
-            kernel. Default: `"identity"`.
+        feature_map: ``"identity"``, ``"elu1"`` or ``"relu"``, applied inside the kernel; or
+            a lifted map ``"taylor2"``, ``"rebased"`` or ``"favor+"`` (F = 1 + K + K², K² or
+            m features, at most 256), applied by `linattn_kernels.lifted.lifted_attention`
+            in its own kernel before this form runs on fp32 features (the state and
+            initial_state then have F rows; the scale of taylor2 and rebased multiplies q
+            before φ). Default: `"identity"`.
         initial_state: S_0 ``[N, H, K, V]``, or ``(S_0, z_0)`` with z_0 ``[N, H, K]`` when
             normalized. Default: `None`.
         output_final_state: Also return S_T (or ``(S_T, z_T)``) in fp32. Default: `False`.
         cu_seqlens: Packed-sequence boundaries ``[N+1]`` (integers, B == 1). Default: `None`.
+        feature_weights: The projection W ``[m, K]`` of ``"favor+"`` (on q's device; it gets no
+            gradient); must be `None` for every other map. Default: `None`.
 
     Returns:
         ``(o, final_state)``: o ``[B, T, H, V]`` in q's dtype; final_state `None` unless
@@ -423,6 +431,18 @@ def recurrent_linear_attention(
     Raises:
         ValueError: naming the offending argument and what was expected.
     """
+    if feature_map in LIFTED_MAPS:
+        return lifted_attention(
+            recurrent_linear_attention, q, k, v, g, scale=scale, normalize=normalize, eps=eps,
+            feature_map=feature_map, feature_weights=feature_weights,
+            initial_state=initial_state, output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens,
+        )  # fmt: skip
+    if feature_weights is not None:
+        raise ValueError(
+            f"Got feature_weights with feature_map={feature_map!r}; only 'favor+' takes a "
+            "projection W."
+        )
     x = prepare(
         q, k, v, g, scale=scale, normalize=normalize, eps=eps, feature_map=feature_map,
         initial_state=initial_state, output_final_state=output_final_state,
