@@ -40,6 +40,14 @@ from linattn_verify.typing import (
     dtype_name,
 )
 
+FIXED_SCALES = {"default": -0.5, "one": 0.0}
+"""The scales a kernel may be limited to (`Capabilities.scales`): K to these powers."""
+
+
+def fixed_scales(names: tuple[str, ...], K: int) -> tuple[float, ...]:
+    """The values of the named scales for key dimension K (`FIXED_SCALES`)."""
+    return tuple(K ** FIXED_SCALES[name] for name in names)
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -55,6 +63,9 @@ class Capabilities:
         max_feature_dim: Largest feature dimension F of a lifted map (the rows of its state),
             or `None` for no limit beyond ``max_head_dim`` on K. Default: `None`.
         configurable: Accepts ``normalize=``, ``eps=``, ``feature_map=`` keywords. Default: `False`.
+        scales: The only scales it takes, of ``"default"`` (K^-1/2) and ``"one"`` (1), or `()`
+            for any scale (FLA's ``parallel_rebased`` takes K^-1/2 or 1: ``use_scale``).
+            Default: `()`.
         decay: Accepts a data-dependent log decay ``g``. Default: `False`.
         gates: The shapes of ``g`` it takes where it declares ``decay``: ``"scalar"``
             (``[B, T, H]``), ``"vector"`` (``[B, T, H, K]``, a gate per key dimension, as GLA's
@@ -84,6 +95,7 @@ class Capabilities:
     feature_maps: tuple[FeatureMap, ...] = ("identity",)
     max_feature_dim: int | None = None
     configurable: bool = False
+    scales: tuple[str, ...] = ()
     decay: bool = False
     gates: tuple[Gate, ...] = ("scalar",)
     decay_required: bool = False
@@ -109,6 +121,11 @@ class Capabilities:
             raise InvalidArgument(
                 f"Got feature_maps={self.feature_maps!r}; each must be one of "
                 f"{get_args(FeatureMap)}."
+            )
+        if any(s not in FIXED_SCALES for s in self.scales):
+            raise InvalidArgument(
+                f"Got scales={self.scales!r}; each must be one of {tuple(FIXED_SCALES)}, or () "
+                "for any scale."
             )
         if not self.gates or any(g not in GATES for g in self.gates):
             raise InvalidArgument(f"Got gates={self.gates!r}; each must be one of {GATES}.")
@@ -233,6 +250,11 @@ class Kernel:
             (
                 dtype not in cap.even_head_dims or (K % 2 == 0 and V % 2 == 0),
                 f"odd head dims K={K}, V={V} in {dtype}",
+            ),
+            (
+                not cap.scales or problem.scale in fixed_scales(cap.scales, K),
+                f"scale={problem.scale!r} is not one of {cap.scales} "
+                f"({', '.join(f'{v!r}' for v in fixed_scales(cap.scales, K))})",
             ),
             (
                 cap.max_feature_dim is None or problem.feature_dim <= cap.max_feature_dim,

@@ -27,8 +27,8 @@ rounded to the input dtype (``(b_q * scale).to(b_q.dtype)``), the weight of key 
   rounded to the input dtype (``o.sum(0).to(q.dtype)``), then torch divides in the input dtype:
   ``o / (z[..., None] + eps)``, eps = 1e-6 (based) or ``eps=1e-5`` (rebased's default, the
   one adapted). ``parallel_based`` takes any scale (default K^-1/2); ``parallel_rebased`` only
-  K^-1/2 (``use_scale=True``) or 1 (``use_scale=False``), so its kernels are
-  `ScaleLimitedKernel` and decline every other scale in `Kernel.supports`.
+  K^-1/2 (``use_scale=True``) or 1 (``use_scale=False``), so its kernels declare
+  ``scales=("default", "one")`` (`Capabilities.scales`).
 * ``fused_chunk_based`` (K <= 16, chunks of 16) keeps the Taylor state in three fp32 pieces
   (Σ v, Σ k v^T, Σ (k⊗k) v^T); q̂ is cast to k's dtype, the outer products q̂⊗q̂ and k⊗k are
   rounded to the input dtype, the states are cast before each ``tl.dot``, and the intra-chunk
@@ -87,7 +87,6 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -95,7 +94,6 @@ import torch
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Capabilities, Kernel
 from linattn_verify.recipe import PrecisionRecipe, dtype_name
-from linattn_verify.semantics import Problem
 from linattn_verify.typing import FeatureMap, Form
 
 BASED_EPS = 1e-6
@@ -127,28 +125,6 @@ _CASTS: dict[tuple[str, bool], int] = {
 KernelFn = Callable[..., tuple[torch.Tensor, Any]]
 FlaFn = Callable[..., torch.Tensor]
 """FLA's based and rebased functions return o alone."""
-
-
-@dataclass(frozen=True)
-class ScaleLimitedKernel(Kernel):
-    """A `Kernel` that takes only the scales K^-1/2 and 1 (``parallel_rebased``'s use_scale).
-
-    `Kernel.supports` declines every other scale, so a property reports such a case as outside
-    the kernel's contract rather than calling it.
-    """
-
-    def supports(self, problem: Problem) -> str | None:
-        """Return why ``problem`` is outside this kernel's capabilities, or `None`."""
-        reason = super().supports(problem)
-        if reason is not None:
-            return reason
-        K = problem.shape[3]
-        if problem.scale not in (K**-0.5, 1.0):
-            return (
-                f"{self.name}: scale={problem.scale!r} is neither K^-1/2 = {K**-0.5!r} "
-                "(use_scale=True) nor 1 (use_scale=False)"
-            )
-        return None
 
 
 def _reject_unsupported(
@@ -276,6 +252,7 @@ def lifted_kernels(*, interpreted: bool) -> list[Kernel]:
                 normalize=(normalize,),
                 eps=eps if normalize else 0.0,
                 feature_maps=(feature_map,),
+                scales=("default", "one") if feature_map == "rebased" else (),
                 initial_state=False,
                 final_state=False,
                 varlen=False,
@@ -292,9 +269,8 @@ def lifted_kernels(*, interpreted: bool) -> list[Kernel]:
                 eps_in_input_dtype=not fused,
                 interpreted=interpreted,
             )
-            cls = ScaleLimitedKernel if feature_map == "rebased" else Kernel
             kernels.append(
-                cls(
+                Kernel(
                     name=f"fla/{name}{'+normalize' if normalize else ''}",
                     fn=wrap(fla_fn, normalize=normalize),
                     capabilities=capabilities,
@@ -311,6 +287,5 @@ __all__ = [
     "FUSED_CHUNK_SIZE",
     "PARALLEL_MAX_KEY_DIM",
     "REBASED_EPS",
-    "ScaleLimitedKernel",
     "lifted_kernels",
 ]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.feature_maps import feature_dim
-from linattn_verify.kernel import Kernel
+from linattn_verify.kernel import FIXED_SCALES, Kernel
 from linattn_verify.semantics import OMITTABLE, Problem, validate_problem
 from linattn_verify.strategies._lifted import (
     FAMILY_MAPS,
@@ -215,7 +215,8 @@ def problem_specs(
     max_heads: int = 2,
     even_head_dims: Sequence[str] = (),
     omittable: Sequence[str] = OMITTABLE,
-    max_feature_dim: int = 32,
+    max_feature_dim: int = 16,
+    fixed_scales: Sequence[str] = (),
 ) -> st.SearchStrategy[ProblemSpec]:
     """Generate `ProblemSpec`: any shape, dtype, option, layout and value family within limits.
 
@@ -266,8 +267,11 @@ def problem_specs(
             `linattn_verify.semantics.OMITTABLE`); `()` passes every argument explicitly.
             Default: all.
         max_feature_dim: Largest feature dimension F of a lifted map (its state's rows; F = m
-            for favor+, 1 + K + K² for taylor2, K² for rebased). Default: `32` (taylor2 up to
-            K = 4, rebased K = 5, favor+ m = 32; `check`'s size reach goes to 64).
+            for favor+, 1 + K + K² for taylor2, K² for rebased). Default: `16` (taylor2 up to
+            K = 3, rebased K = 4, favor+ m = 16: the interpreter's cost grows with F; `check`'s
+            size reach goes to 64).
+        fixed_scales: Draw only these scales (`linattn_verify.kernel.FIXED_SCALES`: ``default``
+            is `None` or K^-1/2, ``one`` is 1), or `()` for any (`scales`). Default: `()`.
 
     Raises:
         InvalidArgument: naming the first malformed argument.
@@ -283,6 +287,7 @@ def problem_specs(
     check_int_range("batch_size", 1, max_batch_size, lowest=1)
     check_int_range("heads", 1, max_heads, lowest=1)
     check_int_range("feature_dim", 1, max_feature_dim, lowest=1)
+    fixed_scales = check_choices("fixed_scales", fixed_scales, tuple(FIXED_SCALES), empty=True)
     dtypes = check_choices("dtypes", dtypes, tuple(DTYPES))
     feature_maps = check_choices("feature_maps", feature_maps, get_args(FeatureMap))
     values = check_choices("values", values, VALUE_FAMILIES)
@@ -332,6 +337,7 @@ def problem_specs(
         max_heads=max_heads,
         omittable=tuple(n for n in OMITTABLE if n in omittable),
         max_feature_dim=max_feature_dim,
+        fixed_scales=fixed_scales,
     )
 
 
@@ -357,6 +363,7 @@ def _problem_specs(
     max_heads: int,
     omittable: tuple[str, ...],
     max_feature_dim: int,
+    fixed_scales: tuple[str, ...],
 ) -> ProblemSpec:
     """Draw one spec from validated arguments (see `problem_specs`)."""
     seq_len = draw(T, label="T")
@@ -388,7 +395,7 @@ def _problem_specs(
         feature_map=fmap,
         normalize=is_normalized,
         eps=draw(st.sampled_from(eps_values), label="eps") if is_normalized else 0.0,
-        scale=draw(scales(), label="scale"),
+        scale=draw(_scales(fixed_scales, K), label="scale"),
         values=draw(value_families(names=families), label="values"),
         decay=decay,
         initial_state=draw(st.sampled_from(initial_state), label="initial_state"),
@@ -407,6 +414,16 @@ def _problem_specs(
     # Each left out with probability 3/4; 0 (passed explicitly) is what it shrinks to.
     omit = tuple(n for n in candidates if draw(st.integers(0, 3), label=f"omit {n}"))
     return replace(spec, omit=omit)
+
+
+def _scales(fixed: tuple[str, ...], K: int) -> st.SearchStrategy[float | None]:
+    """Any scale (`scales`), or only the named ones: `None` and K^-1/2 for default, 1 for one."""
+    if not fixed:
+        return scales()
+    values: list[float | None] = []
+    for name in fixed:
+        values += [None, K**-0.5] if name == "default" else [float(K ** FIXED_SCALES[name])]
+    return st.sampled_from(values)
 
 
 def _projection(draw: st.DrawFn, feature_map: str, max_feature_dim: int) -> dict[str, Any]:
@@ -511,7 +528,8 @@ def kernel_specs(
         chunk_sizes=cap.chunk_sizes or DEFAULT_MODULI,
         even_head_dims=tuple(d for d in cap.even_head_dims if d in dtypes),
         omittable=tuple(n for n in OMITTABLE if declared.get(n, True)),
-        max_feature_dim=min(32, cap.max_feature_dim or 32),
+        max_feature_dim=min(16, cap.max_feature_dim or 16),
+        fixed_scales=cap.scales,
     )
 
 

@@ -141,7 +141,7 @@ def test_fla_lifted_declarations(kernels: dict[str, Kernel]) -> None:
         assert not cap.initial_state, name
         assert not cap.final_state, name
         assert not cap.varlen, name
-        assert isinstance(kernel, fla_lifted.ScaleLimitedKernel) == rebased, name
+        assert cap.scales == (("default", "one") if rebased else ()), name
         assert kernel.form == ("chunk" if fused else "parallel"), name
         fp32, bf16 = kernel.precision_recipe(torch.float32), kernel.precision_recipe(torch.bfloat16)
         assert (fp32.dot_precision, fp32.accumulation, fp32.casts_on_path) == ("ieee", "ieee", 0)
@@ -172,7 +172,7 @@ def test_rebased_declines_other_scales(kernels: dict[str, Kernel]) -> None:
         )
         reason = kernel.supports(problem)
         assert (reason is None) == supported, (scale, reason)
-    assert "neither K^-1/2" in str(reason)
+    assert "scale=0.3 is not one of ('default', 'one') (0.5, 1.0)" in str(reason)
     with pytest.raises(InvalidArgument, match="only K"):
         kernel.fn(q, k, v, scale=0.3)
 

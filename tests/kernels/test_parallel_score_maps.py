@@ -24,7 +24,7 @@ from linattn_verify.recipe import PrecisionRecipe
 with warnings.catch_warnings():
     # Without CUDA the kernels announce their interpreter fallback once; that is intended here.
     warnings.filterwarnings("ignore", message="linattn_kernels: no CUDA device")
-    import linattn_kernels.lifted
+    import linattn_kernels.linear_attn.parallel as parallel_module
     from linattn_kernels.linear_attn.parallel import parallel_linear_attention, precision_recipe
 
 pytestmark = [
@@ -109,7 +109,7 @@ def test_parallel_score_map_fwd_bwd_match_oracle(
 ) -> None:
     """o, dq, dk, dv (and dg) of the fused path lie within the harness's lifted bounds."""
     # The fused path must not fall back on lifting (it would pass, more slowly).
-    monkeypatch.setattr(linattn_kernels.lifted, "lifted_attention", _refuse_lifting)
+    monkeypatch.setattr(parallel_module, "lifted_attention", _refuse_lifting)
     kwargs = kit.draw_inputs(setup)
     run = _run(kit, kwargs, setup.seed)
     assert run.o.dtype == setup.dtype
@@ -140,13 +140,13 @@ def test_parallel_score_map_with_state_goes_through_lifting(
 ) -> None:
     """With an initial or final state (F x V) the call is lifted, and still within bounds."""
     calls: list[str] = []
-    lifted_attention = linattn_kernels.lifted.lifted_attention
+    lifted_attention = parallel_module.lifted_attention
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs["feature_map"])
         return lifted_attention(*args, **kwargs)
 
-    monkeypatch.setattr(linattn_kernels.lifted, "lifted_attention", spy)
+    monkeypatch.setattr(parallel_module, "lifted_attention", spy)
     # The state has F rows: draw it with K = F, then q, k with the real K.
     states = kit.draw_inputs(Setup(**{**setup.__dict__, "K": _feature_dim(setup)}))
     kwargs = kit.draw_inputs(setup)

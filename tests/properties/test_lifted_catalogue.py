@@ -21,8 +21,9 @@ from linattn_verify.running import check_property
 from linattn_verify.strategies import ProblemSpec, kernel_specs
 from linattn_verify.typing import LIFTED_MAPS
 
-KERNELS = ("torch/chunk", "torch/recurrent", "triton/parallel", "triton/chunk")
-"""torch/parallel and triton/recurrent compute the same function by code the others share."""
+KERNELS = ("torch/chunk", "triton/parallel", "triton/chunk")
+"""The torch reference, our fused parallel form and our lift step (triton/recurrent and the other
+torch forms share the lift and the features with these)."""
 
 EXAMPLES = {"torch": 4, "triton": 2}
 """Cases per (kernel, property): the interpreter is slow."""

@@ -102,3 +102,29 @@ def test_describe_names_the_arguments_left_out() -> None:
     assert problem.describe().endswith("called without scale,output_final_state")
     # An omission that does not apply (the value is not the default) is not listed.
     assert "called without" not in replace(problem, scale=0.25, output_final_state=True).describe()
+
+
+def test_a_kernel_limited_to_some_scales_is_drawn_and_judged_on_those_only() -> None:
+    import torch
+    from hypothesis import given, settings
+
+    from linattn_verify.errors import InvalidArgument
+    from linattn_verify.reference_kernels import RECIPES, float32_reference
+    from linattn_verify.semantics import validate_problem
+    from linattn_verify.strategies import kernel_specs
+
+    with pytest.raises(InvalidArgument, match="scales"):
+        Capabilities(scales=("half",))
+    cap = Capabilities(scales=("default", "one"))
+    kernel = Kernel("limited", float32_reference("parallel"), cap, recipe=RECIPES["parallel"])
+    q = torch.randn(1, 2, 1, 4)
+    for scale, ok in ((None, True), (0.5, True), (1.0, True), (0.25, False)):
+        problem = validate_problem(q, q, q, scale=scale)
+        assert (kernel.supports(problem) is None) == ok, scale
+
+    @settings(max_examples=30, deadline=None)
+    @given(spec=kernel_specs(kernel, max_seq_len=4, max_head_dim=4))
+    def drawn(spec: ProblemSpec) -> None:
+        assert spec.scale in (None, spec.K**-0.5, 1.0)
+
+    drawn()

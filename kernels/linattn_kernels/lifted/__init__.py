@@ -6,7 +6,13 @@ q and k and runs a chunked or recurrent form on the fp32 features. The derivatio
 rounding of every feature are in this package's README.
 """
 
-from linattn_kernels.lifted.attention import lifted_attention
+from linattn_kernels.lifted.attention import check_lifted_gate, lifted_attention, refuse_weights
 from linattn_kernels.lifted.lift import LIFTED_MAPS, lift_features
 
-__all__ = ["LIFTED_MAPS", "lift_features", "lifted_attention"]
+__all__ = [
+    "LIFTED_MAPS",
+    "check_lifted_gate",
+    "lift_features",
+    "lifted_attention",
+    "refuse_weights",
+]

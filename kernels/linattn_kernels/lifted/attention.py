@@ -30,17 +30,32 @@ def _as_fp32(state: Any) -> Any:
     return state.float() if isinstance(state, torch.Tensor) else state
 
 
+def check_lifted_gate(g: object, feature_map: str) -> None:
+    """Refuse a vector gate g ``[B, T, H, K]`` with a lifted map (it has no key dims to decay)."""
+    if isinstance(g, torch.Tensor) and g.ndim == 4:
+        raise ValueError(
+            f"Got a vector gate g of shape {tuple(g.shape)} with feature_map={feature_map!r}: "
+            "it decays key dimensions, which a lifted map does not keep; pass a scalar gate g "
+            "[B, T, H]."
+        )
+
+
+def refuse_weights(feature_map: str, feature_weights: object) -> None:
+    """Refuse ``feature_weights`` for an elementwise map (only favor+ takes a projection W)."""
+    if feature_weights is not None:
+        raise ValueError(
+            f"Got feature_weights with feature_map={feature_map!r}; only 'favor+' takes a "
+            "projection W."
+        )
+
+
 def _check_weights(
     feature_map: str, feature_weights: object, q: torch.Tensor
 ) -> torch.Tensor | None:
     """Return W ``[m, K]`` for favor+ (required, on q's device); refuse it for the others."""
     K = q.shape[-1]
     if feature_map != "favor+":
-        if feature_weights is not None:
-            raise ValueError(
-                f"Got feature_weights with feature_map={feature_map!r}; only 'favor+' takes a "
-                "projection W."
-            )
+        refuse_weights(feature_map, feature_weights)
         return None
     if not isinstance(feature_weights, torch.Tensor):
         raise ValueError(
@@ -111,12 +126,7 @@ def lifted_attention(
         raise ValueError(
             f"Got feature_map={feature_map!r}, but lifted_attention takes one of {LIFTED_MAPS}."
         )
-    if isinstance(g, torch.Tensor) and g.ndim == 4:
-        raise ValueError(
-            f"Got a vector gate g of shape {tuple(g.shape)} with feature_map={feature_map!r}: "
-            "it decays key dimensions, which a lifted map does not keep; pass a scalar gate g "
-            "[B, T, H]."
-        )
+    check_lifted_gate(g, feature_map)
     # Everything but the state, whose rows are F, is checked on the raw tensors (so messages
     # quote the caller's shapes); the form checks the state against F.
     x = prepare(

@@ -51,7 +51,7 @@ from linattn_kernels.common.results import (
 )
 from linattn_kernels.common.tables import ChunkTable, chunk_bounds, chunk_table, sequence_bounds
 from linattn_kernels.gla.chunk import gla_chunk_bwd, gla_chunk_fwd
-from linattn_kernels.lifted import LIFTED_MAPS, lifted_attention
+from linattn_kernels.lifted import LIFTED_MAPS, lifted_attention, refuse_weights
 from linattn_kernels.linear_attn.chunk_h import chunk_bwd_dh, chunk_fwd_h
 
 CHUNK_SIZES = (16, 32, 64, 128)
@@ -496,11 +496,7 @@ def chunked_linear_attention(
             initial_state=initial_state, output_final_state=output_final_state,
             cu_seqlens=cu_seqlens, chunk_size=chunk_size,
         )  # fmt: skip
-    if feature_weights is not None:
-        raise ValueError(
-            f"Got feature_weights with feature_map={feature_map!r}; only 'favor+' takes a "
-            "projection W."
-        )
+    refuse_weights(feature_map, feature_weights)
     chunk_size = check_chunk_size(chunk_size)
     x = prepare(
         q, k, v, g, scale=scale, normalize=normalize, eps=eps, feature_map=feature_map,

@@ -60,6 +60,12 @@ from linattn_kernels.common.results import (
 )
 from linattn_kernels.common.tables import chunk_bounds, chunk_table
 from linattn_kernels.gla.parallel import gla_parallel_bwd, gla_parallel_fwd
+from linattn_kernels.lifted import (
+    LIFTED_MAPS,
+    check_lifted_gate,
+    lifted_attention,
+    refuse_weights,
+)
 from linattn_kernels.linear_attn.parallel_h import (
     parallel_bwd_dh0,
     parallel_bwd_kernel_dg,
@@ -514,27 +520,16 @@ def parallel_linear_attention(
     Raises:
         ValueError: naming the argument that is malformed and what was expected.
     """
-    if feature_map in ("taylor2", "rebased", "favor+"):
-        if isinstance(g, torch.Tensor) and g.ndim == 4:
-            raise ValueError(
-                f"Got a vector gate g of shape {tuple(g.shape)} with feature_map={feature_map!r}: "
-                "a lifted map has no key dimensions to decay; pass a scalar gate g [B, T, H]."
-            )
+    if feature_map in LIFTED_MAPS:
+        check_lifted_gate(g, feature_map)
         if feature_map == "favor+" or initial_state is not None or output_final_state:
-            # Imported on use: only the lifted cases need the lift step's package.
-            from linattn_kernels.lifted import lifted_attention
-
             return lifted_attention(
                 parallel_linear_attention, q, k, v, g, scale=scale, normalize=normalize, eps=eps,
                 feature_map=feature_map, feature_weights=feature_weights,
                 initial_state=initial_state, output_final_state=output_final_state,
                 cu_seqlens=cu_seqlens,
             )  # fmt: skip
-    if feature_weights is not None:
-        raise ValueError(
-            f"Got feature_weights with feature_map={feature_map!r}; only 'favor+' takes a "
-            "projection W."
-        )
+    refuse_weights(feature_map, feature_weights)
     score = SCORE_CODES.get(feature_map)
     x = prepare(
         q, k, v, g, scale=scale, normalize=normalize, eps=eps,

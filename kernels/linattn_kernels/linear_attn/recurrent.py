@@ -38,7 +38,7 @@ from linattn_kernels.common.results import (
     saved_for_backward,
 )
 from linattn_kernels.gla.recurrent import gla_recurrent_bwd, gla_recurrent_fwd
-from linattn_kernels.lifted import LIFTED_MAPS, lifted_attention
+from linattn_kernels.lifted import LIFTED_MAPS, lifted_attention, refuse_weights
 
 
 @triton.jit
@@ -438,11 +438,7 @@ def recurrent_linear_attention(
             initial_state=initial_state, output_final_state=output_final_state,
             cu_seqlens=cu_seqlens,
         )  # fmt: skip
-    if feature_weights is not None:
-        raise ValueError(
-            f"Got feature_weights with feature_map={feature_map!r}; only 'favor+' takes a "
-            "projection W."
-        )
+    refuse_weights(feature_map, feature_weights)
     x = prepare(
         q, k, v, g, scale=scale, normalize=normalize, eps=eps, feature_map=feature_map,
         initial_state=initial_state, output_final_state=output_final_state,
