@@ -9,7 +9,8 @@ the scale itself, rounded to fp32: δ_x = 2u on every query element, 0 on keys).
   fl(fl(x_i x_j)·fl(1/√2)) carries (2δ_x + 3u)|x_i x_j|/√2.
 * rebased: fl(x_i x_j) carries (2δ_x + u)|x_i x_j|.
 * favor+: y_f = w_f·x - |x|²/2 in fp32 has the absolute error E_f = γ_{K+2}(Σ_i|W_fi x_i| +
-  |x|²/2) + u|y_f| (a K-dot, a K-sum, a halving and a subtraction); exp turns it into the
+  |x|²/2) + u Σ_i|W_fi x_i| + u|y_f| (a K-dot, a K-sum, a halving and a subtraction, and W
+  itself rounded to fp32 when given wider); exp turns it into the
   relative error E_f, plus ε_exp of its argument, plus 2u for the multiply by fl(1/√m). A
   stabilised query (`linattn_verify.semantics.Problem.stabilised_queries`) subtracts the row's
   largest computed exponent ĉ: whatever ĉ is, it multiplies the row's features by one factor
@@ -81,7 +82,10 @@ def feature_error(
     assert p.feature_weights is not None
     W = p.feature_weights.to(x.dtype)
     y = favor_exponent(x, p.feature_weights)
-    E = gamma(K + 2, u) * (x.abs() @ W.abs().transpose(0, 1) + 0.5 * (x * x).sum(-1, True))
+    # K+2 roundings of the dot, the sum of squares, the halving and the subtraction, plus one
+    # more on each product for W itself rounded to the kernel's arithmetic (a float64 W to fp32).
+    Wx = x.abs() @ W.abs().transpose(0, 1)
+    E = gamma(K + 2, u) * (Wx + 0.5 * (x * x).sum(-1, True)) + u * Wx
     E = E + u * y.abs()
     arg = y.abs()
     if query and p.stabilised_queries:

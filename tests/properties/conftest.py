@@ -6,13 +6,21 @@
 * Every test ignores `linattn_kernels.InterpreterFallbackWarning`.
 * ``@pytest.mark.cases(NASTY)`` runs a test with a ``spec`` argument on every case of the dict
   ``NASTY`` (id: the key), after every other parametrization.
+* The plugin's kernels draw the elementwise feature maps here: the lifted ones (twice the kernel
+  launches per case under the interpreter) have their own catalogue test over the same kernels,
+  `test_lifted_catalogue.py`, which keeps CI within its budget. `run`, `check` and the soak draw
+  every map.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from linattn_verify.kernel import Kernel
+from linattn_verify.typing import LIFTED_MAPS
 
 QUIET = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")
 
@@ -34,3 +42,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if marker is not None:
         (cases,) = marker.args
         metafunc.parametrize("spec", list(cases.values()), ids=list(cases.keys()))
+
+
+@pytest.fixture(scope="session")
+def linattn_kernel(request: pytest.FixtureRequest) -> Kernel:
+    """The plugin's kernel under test (``--linattn-kernels``), drawing elementwise maps only."""
+    kernel: Kernel = request.param
+    cap = kernel.capabilities
+    elementwise = tuple(m for m in cap.feature_maps if m not in LIFTED_MAPS)
+    if not elementwise or elementwise == cap.feature_maps:
+        return kernel
+    return replace(kernel, capabilities=replace(cap, feature_maps=elementwise))
