@@ -1,7 +1,7 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Feature maps φ and their derivatives, in whatever precision the caller's tensors hold.
 
-Elementwise maps keep the key dimension K. Lifted maps (docs/design.md §1.2) take a key
+Elementwise maps keep the key dimension K. Lifted maps (docs/design.md §3) take a key
 dimension K to a feature dimension F, so the state is F x V:
 
 * ``taylor2`` (Based): φ(x) = (1, x_1..x_K, (x_i x_j / √2) for i, j in 1..K, i-major), F = 1 + K

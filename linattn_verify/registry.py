@@ -42,7 +42,7 @@ FULL = Capabilities(
 """Everything the function allows: what our Triton kernels and torch references support.
 
 They return 0 where the exact denominator is 0 (``zero_denominator="zero"``, docs/design.md §3).
-Every feature map, the lifted ones (docs/design.md §1.2) included."""
+Every feature map, the lifted ones (docs/design.md §3) included."""
 
 ENTRY_POINT_GROUP = "linattn_verify.kernels"
 PROPERTIES_ENTRY_POINT_GROUP = "linattn_verify.properties"

@@ -2,7 +2,7 @@
 """Lifted feature maps φ: R^K -> R^F (taylor2, rebased, favor+) as Triton kernels, and their VJP.
 
 Rows of x ``[..., K]`` become fp32 features ``[..., F]`` in the i-major order of
-docs/design.md §1.2: taylor2 (1, x, x_i x_j / √2), F = 1 + K + K²; rebased (x_i x_j), F = K²;
+docs/design.md §3: taylor2 (1, x, x_i x_j / √2), F = 1 + K + K²; rebased (x_i x_j), F = K²;
 favor+ exp(W x - |x|²/2) / √m, F = m. An optional prescale p multiplies x first (the score
 maps' query scale). The backward is dx = p J_φ(px)^T dφ in fp32, rounded to x's dtype on the
 host. Jacobians and the rounding of every feature are derived in this package's README.
