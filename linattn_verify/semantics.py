@@ -178,12 +178,18 @@ class Problem(PackedTokens):
     @property
     def feature_dim(self) -> int:
         """F: the rows of the state (K for an elementwise map)."""
-        return feature_dim(self.feature_map, self.q.shape[-1], self.feature_weights)
+        W = self.feature_weights
+        return feature_dim(self.feature_map, self.q.shape[-1], 0 if W is None else W.shape[0])
 
     @property
     def outer_scale(self) -> float:
         """The scale that multiplies φ(q)·φ(k): 1 for the score maps, whose scale multiplies q."""
         return 1.0 if self.feature_map in SCORE_MAPS else self.scale
+
+    @property
+    def query_prescale(self) -> float:
+        """The factor a query is multiplied by before φ: s for the score maps, else 1."""
+        return self.scale if self.feature_map in SCORE_MAPS else 1.0
 
     @property
     def stabilised_queries(self) -> bool:
@@ -193,7 +199,7 @@ class Problem(PackedTokens):
     def query_features(self, q: torch.Tensor) -> torch.Tensor:
         """φ of queries ``[..., K]`` taken from this problem, in their dtype ``[..., F]``."""
         if self.feature_map in SCORE_MAPS:
-            return apply_feature_map(q * self.scale, self.feature_map)
+            return apply_feature_map(q * self.query_prescale, self.feature_map)
         if self.stabilised_queries:
             assert self.feature_weights is not None
             y = favor_exponent(q, self.feature_weights)
@@ -480,7 +486,7 @@ def validate_problem(
     output_final_state = check_flag("output_final_state", output_final_state)
     bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, B, T)
     N = B if bounds is None else bounds.numel() - 1
-    F = feature_dim(fmap, K, W)
+    F = feature_dim(fmap, K, 0 if W is None else W.shape[0])
     S0, z0 = _check_initial_state(initial_state, normalize, N, H, F, v.shape[-1], q.device)
     return Problem(
         q=q,

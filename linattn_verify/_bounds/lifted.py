@@ -45,12 +45,12 @@ def gamma(n: float, u: float) -> float:
 
 def prescale_error(p: Problem, u: float, *, query: bool) -> float:
     """δ_x: the relative error of the map's input (the scaled query of a score map)."""
-    return 2 * u if query and p.outer_scale != p.scale else 0.0
+    return 2 * u if query and p.query_prescale != 1.0 else 0.0
 
 
 def map_input(p: Problem, x: torch.Tensor, *, query: bool) -> torch.Tensor:
     """The vector the map is applied to: s q for a score map's queries, else x itself."""
-    return x * p.scale if query and p.outer_scale != p.scale else x
+    return x * p.query_prescale if query else x
 
 
 def dot_length(p: Problem) -> int:
@@ -113,7 +113,7 @@ def chain(
     (`feature_error`); favor+'s Jacobian φ_f (W_fi - x_i) is built on both.
     """
     xin = map_input(p, x, query=query)
-    pre = abs(p.scale) if query and p.outer_scale != p.scale else 1.0
+    pre = abs(p.query_prescale) if query else 1.0
     W = p.feature_weights
 
     def vjp(c: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:

@@ -181,7 +181,7 @@ def _features(x: Array, p: Problem, *, query: bool) -> tuple[Array, Array | None
     return dd_lift(
         x,
         p.feature_map,
-        prescale=p.scale if query and p.outer_scale != p.scale else 1.0,
+        prescale=p.query_prescale if query else 1.0,
         weights=weights,
         stabilise=query and p.stabilised_queries,
     )

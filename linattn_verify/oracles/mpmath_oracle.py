@@ -150,7 +150,7 @@ def _features(x: npt.NDArray[np.float64], p: Problem, *, query: bool) -> list[An
         return _feature_row(x, p.feature_map)
     mpf = mpmath.mpf
     if p.feature_map in ("taylor2", "rebased"):
-        xs = [mpf(e) * (mpf(p.scale) if query else 1) for e in x]
+        xs = [mpf(e) * (mpf(p.query_prescale) if query else 1) for e in x]
         quad = [a * b for a in xs for b in xs]
         if p.feature_map == "rebased":
             return quad

@@ -137,7 +137,7 @@ class ProblemSpec:
         v = family_values(v_family, "v", (B, T, H, V), gen, near_max=big)
         g = decay_values(self.decay, (B, T, H, K) if self.gate == "vector" else (B, T, H), gen)
         N = B if self.segments is None else len(self.segments)
-        F = feature_dim(self.feature_map, K, torch.empty(self.features, K))
+        F = feature_dim(self.feature_map, K, self.features)
         h0: Any = None
         if self.initial_state:
             S0 = torch.randn(N, H, F, V, generator=gen)

@@ -169,10 +169,10 @@ def _denominator_condition(problem: Problem, scales: Mapping[str, float]) -> tor
         if problem.lifted:
             query = name == "q"
             phi = problem.query_features(x) if query else problem.key_features(x)
-            pre = abs(problem.scale) if query and problem.outer_scale != problem.scale else 1.0
-            xin = x * problem.scale if pre != 1.0 else x
+            pre = problem.query_prescale if query else 1.0
+            xin = x * pre
             moved = lift_sensitivity(xin, problem.feature_map, problem.feature_weights, phi)
-            return phi.abs() + scales.get(name, 0.0) * pre * moved
+            return phi.abs() + scales.get(name, 0.0) * abs(pre) * moved
         phi = apply_feature_map(x, problem.feature_map).abs()
         return phi + scales.get(name, 0.0) * feature_map_derivative(x, problem.feature_map).abs()
 

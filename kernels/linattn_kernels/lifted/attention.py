@@ -14,10 +14,11 @@ from typing import Any
 import torch
 
 from linattn_kernels.common.args import MAX_HEAD_DIM, prepare
+from linattn_kernels.common.feature_maps import SCORE_CODES
 from linattn_kernels.common.results import State
 from linattn_kernels.lifted.lift import LIFTED_MAPS, feature_count, lift_features
 
-SCORE_MAPS = ("taylor2", "rebased")
+SCORE_MAPS = tuple(SCORE_CODES)
 """The maps whose scale multiplies the query before φ (Based, ReBased): weight κ(s q·k)."""
 
 
@@ -157,4 +158,4 @@ def lifted_attention(
     return o.to(q.dtype), final
 
 
-__all__ = ["SCORE_MAPS", "lifted_attention"]
+__all__ = ["SCORE_MAPS", "check_lifted_gate", "lifted_attention", "refuse_weights"]
