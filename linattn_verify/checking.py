@@ -269,7 +269,7 @@ def _reach(
         spec = reach_spec(kernel, item.size, search.seed)
         listener.case_started(name, repr(spec))
         item_started = time.perf_counter()
-        verdict = replace(verdicts[name], examples=verdicts[name].examples + 1)
+        verdict = verdicts[name]
         try:
             result = check_property(prop, spec, kernel, directory=search.failures_dir, steer=False)
         except PropertyViolation as exc:
@@ -281,6 +281,7 @@ def _reach(
             verdict = replace(
                 verdict,
                 status="failed",
+                examples=verdict.examples + 1,
                 message=f"{exc}\n(size reach: {item.size.why}"
                 + (f", rerun {item.rerun} of the same case)" if item.rerun else ")"),
                 failure_file=exc.failure_file,
@@ -290,9 +291,8 @@ def _reach(
             listener.case_finished(
                 record_of(kernel, spec, result, time.perf_counter() - item_started)
             )
-            if result.status == "not_applicable":
-                verdict = replace(verdict, not_applicable=verdict.not_applicable + 1)
-            else:
+            verdict = verdict.counted(result)
+            if result.status != "not_applicable":
                 reached.update(T=max(reached["T"], spec.T), K=max(reached["K"], spec.K, spec.V))
         run.record(item, time.perf_counter() - item_started)
         reached["items"] += 1
@@ -370,7 +370,9 @@ def search_property(
     from linattn_verify.running import check_property, record_of
 
     seen = set() if seen is None else seen
-    tally = {"examples": 0, "not_applicable": 0}
+    tally = {"examples": 0}
+    # The verdict with every case that did not fail counted (`PropertyVerdict.counted`).
+    counted = [verdict]
     # (spec, violation, seconds into the check, seconds of the case, when) of each failing case.
     failing: list[tuple[Any, PropertyViolation, float, float, float]] = []
 
@@ -411,7 +413,7 @@ def search_property(
             now = time.perf_counter()
             failing.append((spec, exc, round(now - started, 3), now - case_started, now))
             raise
-        tally["not_applicable"] += int(result.status == "not_applicable")
+        counted[0] = counted[0].counted(result)
         listener.case_finished(record_of(kernel, spec, result, time.perf_counter() - case_started))
 
     failure: PropertyViolation | None = None
@@ -428,11 +430,8 @@ def search_property(
         if failure is None:
             raise
         note = f"\nHypothesis: {exc}"
-    verdict = replace(
-        verdict,
-        examples=verdict.examples + tally["examples"],
-        not_applicable=verdict.not_applicable + tally["not_applicable"],
-    )
+    # The failing case itself counts as an example, not as a case that did not fail.
+    verdict = replace(counted[0], examples=verdict.examples + tally["examples"])
     if failure is None:
         return verdict
     final = next((f for f in reversed(failing) if f[1] is failure), None)

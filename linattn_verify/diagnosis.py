@@ -11,7 +11,8 @@ change, and reports the first change under which no bound comparison fails:
 1. one field at a time, ordered by the unit roundoff of the roundings the change adds or widens
    (`_Step.size`), smallest first: ``accumulation`` ieee -> mma; ``form`` -> unknown (`None`);
    ``decay_scan`` -> each other scan (with decay); ``naive_elu1`` (elu1 features); ``division``
-   rn -> full; ``dot_precision`` ieee -> tf32x3 -> tf32 and ``dots_on_path`` + 1, + 2 (fp32
+   rn -> full, and (normalized) -> ``reciprocal`` in fp32, then in the input dtype (16-bit
+   inputs); ``dot_precision`` ieee -> tf32x3 -> tf32 and ``dots_on_path`` + 1, + 2 (fp32
    inputs, dots on the path); ``casts_on_path`` + 1 ... + `MAX_EXTRA_CASTS` (or, with no
    intermediate dtype, 1 ... `MAX_EXTRA_CASTS` casts to the input dtype, or to float16 and to
    bfloat16 for fp32 inputs); ``eps_dtype`` -> float16, bfloat16 (normalized, eps > 0);
@@ -182,16 +183,34 @@ def _set(
     )
 
 
+def _reciprocal_ladder(declared: PrecisionRecipe, dtype: torch.dtype) -> list[_Step]:
+    """Division as 1/Z then a multiply: in fp32, then (16-bit inputs) in the input dtype."""
+    where = ["float32"] + (["input"] if dtype_name(dtype) in ("float16", "bfloat16") else [])
+    return [
+        _Step(
+            "reciprocal",
+            {"division": "reciprocal", "division_dtype": w},
+            replace(declared, division="reciprocal", division_dtype=w).u_div(dtype),
+            f"a reciprocal 1/Z then a multiply, in {dtype_name(dtype) if w == 'input' else w}",
+            f"{declared.division} division in {declared.division_dtype}",
+            f"`--division reciprocal --division-dtype {w}`",
+        )
+        for w in where
+    ]
+
+
 def _ladders(
     declared: PrecisionRecipe, spec: ProblemSpec, kernel: Kernel, dtype: torch.dtype
 ) -> dict[str, list[_Step]]:
     """Every change a diagnosis tries, by axis, each ladder smallest first."""
     d = declared
     accumulations = ("float64", "ieee", "mma")
+    # Sums in the input dtype already round at least as much as any other accumulation.
+    wider = accumulations.index(d.accumulation) + 1 if d.accumulation in accumulations else 3
     axes = [
         [
             _set("accumulation", a, _U32, f"{_ACCUMULATIONS[a]} accumulation", d.accumulation)
-            for a in accumulations[accumulations.index(d.accumulation) + 1 :]
+            for a in accumulations[wider:]
         ]
     ]
     if d.form is not None:
@@ -219,6 +238,8 @@ def _ladders(
     if d.division == "rn":
         full = "a full-range fp32 division (div.full.f32, 2 ulp)"
         axes.append([_set("division", "full", 3 * _U32, full, d.division)])
+    if spec.normalize and d.division != "reciprocal":
+        axes.append(_reciprocal_ladder(d, dtype))
     axes += _dot_ladders(d, dtype)
     axes += _intermediate_ladders(d, dtype)
     if spec.normalize and spec.eps > 0:

@@ -175,7 +175,9 @@ def _merge(before: PropertyVerdict, now: PropertyVerdict, offset: float) -> Prop
         examples=before.examples + now.examples,
         seconds=round(before.seconds + now.seconds, 3),
         not_applicable=before.not_applicable + now.not_applicable,
-        message=before.message or now.message,
+        within_rounding=before.within_rounding + now.within_rounding,
+        # A failure's report wins over a within-rounding one (`PropertyVerdict.message`).
+        message=(before.message if not before.ok or now.ok else "") or now.message,
         failure_file=before.failure_file or now.failure_file,
         first_failure_seconds=before.first_failure_seconds
         or (None if first is None else round(first + offset, 3)),

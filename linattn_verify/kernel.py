@@ -19,6 +19,7 @@ A caller may leave out any argument at its default (`linattn_verify.semantics.OM
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, get_args
@@ -28,12 +29,15 @@ import torch
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.semantics import Problem
+from linattn_verify.signature import keywords_for
 from linattn_verify.typing import (
     DTYPE_NAMES,
+    FINAL_STATE_DTYPES,
     GATES,
     KERNEL_DTYPES,
     ZERO_DENOMINATORS,
     FeatureMap,
+    FinalStateDtype,
     Form,
     Gate,
     ZeroDenominator,
@@ -47,6 +51,23 @@ FIXED_SCALES = {"default": -0.5, "one": 0.0}
 def fixed_scales(names: tuple[str, ...], K: int) -> tuple[float, ...]:
     """The values of the named scales for key dimension K (`FIXED_SCALES`)."""
     return tuple(K ** FIXED_SCALES[name] for name in names)
+
+
+def dyadic_scale_exponent(names: tuple[str, ...], K: int) -> int | str | None:
+    """The exponent e of the scale 2^e an exactness property must use, or why none exists.
+
+    `None` when any scale may be passed (``names`` empty: the property picks its own power of
+    two); else the exponent of the first named scale that is a power of two at this K (K^-1/2
+    is one for K = 1, 4, 16, 64, 256), or the reason there is none.
+    """
+    if not names:
+        return None
+    for value in fixed_scales(names, K):
+        mantissa, exponent = math.frexp(value)
+        if mantissa == 0.5:
+            return exponent - 1
+    shown = ", ".join(f"{v:.4g}" for v in fixed_scales(names, K))
+    return f"its fixed scale ({shown} at K={K}) is not a power of two: no input is dyadic"
 
 
 @dataclass(frozen=True)
@@ -63,9 +84,6 @@ class Capabilities:
         max_feature_dim: Largest feature dimension F of a lifted map (the rows of its state),
             or `None` for no limit beyond ``max_head_dim`` on K. Default: `None`.
         configurable: Accepts ``normalize=``, ``eps=``, ``feature_map=`` keywords. Default: `False`.
-        scales: The only scales it takes, of ``"default"`` (K^-1/2) and ``"one"`` (1), or `()`
-            for any scale (FLA's ``parallel_rebased`` takes K^-1/2 or 1: ``use_scale``).
-            Default: `()`.
         decay: Accepts a data-dependent log decay ``g``. Default: `False`.
         gates: The shapes of ``g`` it takes where it declares ``decay``: ``"scalar"``
             (``[B, T, H]``), ``"vector"`` (``[B, T, H, K]``, a gate per key dimension, as GLA's
@@ -82,7 +100,26 @@ class Capabilities:
         min_head_dim: Smallest K and V. Default: `1`.
         even_head_dims: Dtypes in which K and V must be even (FLA's 16-bit chunked backward
             asserts it, because Triton miscompiles odd 16-bit tails). Default: `()`.
-        deterministic: Promises bit-identical reruns. Default: `True`.
+        deterministic: Promises bit-identical reruns: reruns are then judged bit for bit, else
+            within B + B of each other. Default: `False` (exactness is declared, never imposed:
+            docs/design.md, "Exact properties").
+        causal_exact: Promises bit-exact causality: outputs (and gradients) at positions <= t
+            are bitwise unchanged when only inputs after t change. Otherwise they may move by
+            the rounding of the tokens its form touches (within the pairwise bound), and the
+            chunk form's bounds charge each output the rounding of its whole chunk.
+            Default: `False`.
+        layout_exact: Promises bit-identical results whatever the memory layout of its inputs
+            (strided, sliced views); otherwise layouts are judged within B + B. Default: `False`.
+        scales: The only scales it takes, of ``"default"`` (K^-1/2) and ``"one"`` (1), or `()`
+            for any scale (FLA's ``parallel_rebased`` takes K^-1/2 or 1: ``use_scale``).
+            Default: `()`.
+        takes_scale: Receives the scale as ``scale=``; a kernel that does not applies its one
+            entry of ``scales`` itself (``check --scale fixed``: K^-1/2; ``--scale one``).
+            Default: `True`.
+        final_state_dtype: The dtype of the final state it returns: ``"float32"`` (float64 is
+            accepted too) or ``"input"`` (rounded to the input dtype: FLA's normalized
+            ``linear_attn`` returns z_T so); the bound charges that rounding. Default:
+            `"float32"`.
         chunk_sizes: Chunk sizes it accepts through ``chunk_size=`` (empty: none). Default: `()`.
         zero_denominator: What its normalized output is where the exact denominator is exactly 0
             and the exact result undefined (docs/design.md §3): ``"zero"`` (0, our kernels'
@@ -107,7 +144,11 @@ class Capabilities:
     max_head_dim: int = 256
     min_head_dim: int = 1
     even_head_dims: tuple[str, ...] = ()
-    deterministic: bool = True
+    deterministic: bool = False
+    causal_exact: bool = False
+    layout_exact: bool = False
+    takes_scale: bool = True
+    final_state_dtype: FinalStateDtype = "float32"
     chunk_sizes: tuple[int, ...] = ()
     zero_denominator: ZeroDenominator = "any"
 
@@ -149,6 +190,16 @@ class Capabilities:
             )
         if self.eps < 0:
             raise InvalidArgument(f"Got eps={self.eps!r}, but eps must be >= 0.")
+        if not self.takes_scale and len(self.scales) != 1:
+            raise InvalidArgument(
+                f"Got takes_scale=False with scales={self.scales!r}: a kernel that takes no scale "
+                "applies one fixed scale itself; name it (scales=('default',) or ('one',))."
+            )
+        if self.final_state_dtype not in FINAL_STATE_DTYPES:
+            raise InvalidArgument(
+                f"Got final_state_dtype={self.final_state_dtype!r}; it must be one of "
+                f"{FINAL_STATE_DTYPES}."
+            )
         if self.zero_denominator not in ZERO_DENOMINATORS:
             raise InvalidArgument(
                 f"Got zero_denominator={self.zero_denominator!r}; it must be one of "
@@ -275,12 +326,15 @@ class Kernel:
         except those ``problem.omit`` names whose value is the convention's default
         (`Problem.at_default`): those are left out, so the kernel's own default applies. A kernel
         that does not declare ``g``, ``initial_state`` or ``cu_seqlens`` is passed them only
-        when the problem gives them a value (a problem `supports` rejects).
+        when the problem gives them a value (a problem `supports` rejects). Only the keywords its
+        signature names reach it, and through a ``**kwargs`` catch-all only those of features it
+        declares (`linattn_verify.signature.keywords_for`); ``scale`` only if it ``takes_scale``.
         """
         cap = self.capabilities
         p = problem
         left_out = p.omit & p.at_default()
-        kwargs: dict[str, Any] = {"scale": p.scale, **self.options}
+        kwargs: dict[str, Any] = {"scale": p.scale} if cap.takes_scale else {}
+        kwargs.update(self.options)
         if cap.initial_state or p.initial_state is not None:
             kwargs["initial_state"] = p.state_arg
         kwargs["output_final_state"] = p.output_final_state
@@ -292,6 +346,18 @@ class Kernel:
             kwargs["feature_weights"] = p.feature_weights
         for name in left_out - set(self.options):
             kwargs.pop(name, None)
+        declared = {
+            "scale": cap.takes_scale,
+            "initial_state": cap.initial_state,
+            "output_final_state": cap.final_state,
+            "cu_seqlens": cap.varlen,
+            "normalize": cap.configurable,
+            "eps": cap.configurable,
+            "feature_map": cap.configurable,
+            "feature_weights": "favor+" in cap.feature_maps,
+        }
+        features = {n for n, on in declared.items() if on} | set(self.options)
+        kwargs = keywords_for(self.fn, kwargs, features)
         args: tuple[Any, ...] = (p.q, p.k, p.v)
         takes_g = self.implied_decay is None and (cap.decay or p.g is not None)
         if takes_g and "g" not in left_out:
@@ -299,4 +365,4 @@ class Kernel:
         return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
 
 
-__all__ = ["Capabilities", "Kernel"]
+__all__ = ["Capabilities", "Kernel", "dyadic_scale_exponent", "fixed_scales"]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from linattn_verify.kernel import Kernel
+from linattn_verify.kernel import Kernel, fixed_scales
 from linattn_verify.strategies import DTYPES, ProblemSpec
 from linattn_verify.strategies._lifted import largest_key_dim
 from linattn_verify.typing import LIFTED_MAPS
@@ -223,7 +223,8 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
         feature_map=feature_map,
         normalize=normalize,
         eps=eps,
-        scale=rng.choice((None, size.K**-0.5)),
+        # A kernel limited to some scales (or applying its own) gets one of those.
+        scale=rng.choice(fixed_scales(cap.scales, K) if cap.scales else (None, K**-0.5)),
         values="positive" if normalize and feature_map == "identity" else "normal",
         decay=rng.choice(decays) if decays else "none",
         initial_state=cap.initial_state and rng.random() < 0.5,

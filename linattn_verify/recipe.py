@@ -8,8 +8,9 @@ than the kernel does makes correct kernels fail, one that claims more makes the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
 import torch
 
@@ -32,6 +33,16 @@ UNIT_ROUNDOFF: dict[str, float] = {
 """u = 2^-t for each storage format (docs/error-model.md §1)."""
 
 
+def gamma(n: float, u: float) -> float:
+    """γ_n = n u / (1 - n u): the relative error of n roundings of unit roundoff u.
+
+    Infinite where n u >= 1: so many roundings bound nothing (bf16 has u = 2^-8, so 256 terms
+    in bf16 arithmetic reach it), and a bound built on it marks its elements unverifiable.
+    """
+    nu = n * u
+    return nu / (1 - nu) if nu < 1 else math.inf
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """Return ``"float32"`` etc. for a torch floating dtype the harness knows.
 
@@ -44,6 +55,14 @@ def dtype_name(dtype: torch.dtype) -> str:
     return name
 
 
+class DivisionLimits(NamedTuple):
+    """The range of a reciprocal division's dtype (`PrecisionRecipe.division_limits`)."""
+
+    subnormal_abs: float  # half the smallest subnormal: the absolute error of an underflow
+    smallest_normal: float
+    largest: float
+
+
 @dataclass(frozen=True)
 class PrecisionRecipe:
     """How a kernel rounds, as far as the error bound is concerned.
@@ -54,8 +73,10 @@ class PrecisionRecipe:
         chunk_size: C for the chunk form (and the block of chunk-local decay cumsums).
             Default: `64`.
         accumulation: ``"ieee"`` fp32 round-to-nearest adds (u_acc = 2^-24), ``"mma"``
-            tensor-core accumulation (u_acc = 2^-23), or ``"float64"`` for a computation done
-            wholly in float64 (every unit roundoff becomes 2^-53). Default: `"ieee"`.
+            tensor-core accumulation (u_acc = 2^-23), ``"float64"`` for a computation done
+            wholly in float64 (every unit roundoff becomes 2^-53), or ``"input"``: every sum and
+            elementwise operation in the input dtype (its unit roundoff, at least fp32's, for
+            both; `linattn_verify._bounds.terms.Units.of` resolves it). Default: `"ieee"`.
         dot_precision: ``tl.dot`` input precision for fp32 operands. Default: `"ieee"`.
         dots_on_path: How many ``tl.dot`` products a single term passes through (two for
             ``(QK^T)V``; zero for an elementwise recurrence). Default: `2`.
@@ -64,8 +85,11 @@ class PrecisionRecipe:
             Default: `None`.
         casts_on_path: How many such roundings a single term passes through. Default: `0`.
         decay_scan: How the decay weights are obtained. Default: `"chunk_local"`.
-        division: fp32 division flavour (u_div = 4u for ``"full"``, u for ``"rn"``).
+        division: How the normalizer divides: ``"full"`` (u_div = 4u), ``"rn"`` (u) or
+            ``"reciprocal"`` (1/Z rounded, then a multiply: docs/error-model.md §2.3).
             Default: `"full"`.
+        division_dtype: The dtype the division (or the reciprocal and the multiply) is computed
+            in: ``"float32"`` or ``"input"``. Default: `"float32"`.
         naive_elu1: φ = elu1 evaluated as (exp(x)-1)+1, an absolute error of 2u. Default: `False`.
         eps_dtype: The dtype eps is added in; the oracle uses eps rounded to it. Default:
             `"float32"`.
@@ -80,6 +104,7 @@ class PrecisionRecipe:
     casts_on_path: int = 0
     decay_scan: DecayScan = "chunk_local"
     division: Division = "full"
+    division_dtype: str = "float32"
     naive_elu1: bool = False
     eps_dtype: str = "float32"
 
@@ -89,6 +114,7 @@ class PrecisionRecipe:
         _check_choice("dot_precision", self.dot_precision, get_args(DotPrecision))
         _check_choice("decay_scan", self.decay_scan, get_args(DecayScan))
         _check_choice("division", self.division, get_args(Division))
+        _check_choice("division_dtype", self.division_dtype, ("float32", "input"))
         _check_choice(
             "intermediate_dtype", self.intermediate_dtype, (*UNIT_ROUNDOFF, "input", None)
         )
@@ -105,15 +131,23 @@ class PrecisionRecipe:
                 "dtype the intermediates are rounded to."
             )
 
-    @property
-    def u_acc(self) -> float:
-        """Unit roundoff of accumulation."""
+    def u_acc(self, input_dtype: torch.dtype) -> float:
+        """Unit roundoff of accumulation for inputs of ``input_dtype``."""
+        if self.accumulation == "input":
+            return self.u_arith(input_dtype)
         return {"ieee": 2.0**-24, "mma": 2.0**-23, "float64": 2.0**-53}[self.accumulation]
 
-    @property
-    def u_arith(self) -> float:
-        """Unit roundoff of the elementwise arithmetic (fp32, or float64 for float64 recipes)."""
-        return 2.0**-53 if self.accumulation == "float64" else 2.0**-24
+    def u_arith(self, input_dtype: torch.dtype) -> float:
+        """Unit roundoff of the elementwise arithmetic for inputs of ``input_dtype``.
+
+        fp32's; float64's for a float64 recipe; the input dtype's (at least fp32's) for
+        ``accumulation="input"``.
+        """
+        if self.accumulation == "float64":
+            return 2.0**-53
+        if self.accumulation == "input":
+            return max(UNIT_ROUNDOFF[dtype_name(input_dtype)], 2.0**-24)
+        return 2.0**-24
 
     @property
     def u_op(self) -> float:
@@ -125,10 +159,40 @@ class PrecisionRecipe:
         """
         return {"ieee": 0.0, "tf32": 2.0**-10, "tf32x3": 2.0**-22}[self.dot_precision]
 
-    @property
-    def u_div(self) -> float:
-        """Relative error of the fp32 division."""
-        return (4 if self.division == "full" else 1) * self.u_arith
+    def u_div(self, input_dtype: torch.dtype) -> float:
+        """Relative error of the division o = N / Z (docs/error-model.md §2.3).
+
+        ``full``: 4u, ``rn``: u, in the division dtype's u. ``reciprocal``: 1/Z and the multiply
+        round once each, and in a 16-bit division dtype N and Z are first rounded to it too:
+        2u, or 4u in a 16-bit dtype (the reciprocal's underflow and overflow are charged apart,
+        `division_limits`).
+        """
+        unit = self._division_unit(input_dtype)
+        if self.division == "reciprocal":
+            return (2 if unit <= 2.0**-24 else 4) * unit
+        return (4 if self.division == "full" else 1) * unit
+
+    def division_limits(self, input_dtype: torch.dtype) -> DivisionLimits | None:
+        """For a reciprocal division: its dtype's half smallest subnormal, smallest normal, max.
+
+        1/Z below the normal range loses up to the first absolutely; the backward's (1/Z)^2
+        below the second loses the denominator's gradient; 1/Z or (1/Z)^2 above the third
+        overflows to inf. `None` for a direct division (its rounding is relative).
+        """
+        if self.division != "reciprocal":
+            return None
+        name = dtype_name(input_dtype) if self.division_dtype == "input" else "float32"
+        if self.accumulation == "float64":
+            name = "float64"
+        info = torch.finfo(typing.torch_dtype(name))
+        tiny = float(info.smallest_normal)
+        return DivisionLimits(tiny * float(info.eps) / 2, tiny, float(info.max))
+
+    def _division_unit(self, input_dtype: torch.dtype) -> float:
+        arith = self.u_arith(input_dtype)
+        if self.division_dtype == "input" and self.accumulation != "float64":
+            return max(UNIT_ROUNDOFF[dtype_name(input_dtype)], arith)
+        return arith
 
     def u_low(self, input_dtype: torch.dtype) -> float:
         """Unit roundoff of the intermediate dtype (0 when there is none)."""
@@ -163,4 +227,4 @@ def _check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
         raise InvalidArgument(f"Got {name}={value!r}, but {name} must be one of {choices}.")
 
 
-__all__ = ["UNIT_ROUNDOFF", "PrecisionRecipe", "dtype_name"]
+__all__ = ["UNIT_ROUNDOFF", "DivisionLimits", "PrecisionRecipe", "dtype_name", "gamma"]

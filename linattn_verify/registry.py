@@ -38,11 +38,17 @@ FULL = Capabilities(
     gates=("scalar", "vector"),
     varlen=True,
     zero_denominator="zero",
+    deterministic=True,
+    causal_exact=True,
+    layout_exact=True,
 )
 """Everything the function allows: what our Triton kernels and torch references support.
 
 They return 0 where the exact denominator is 0 (``zero_denominator="zero"``, docs/design.md §3).
-Every feature map, the lifted ones (docs/design.md §3) included."""
+Every feature map, the lifted ones (docs/design.md §3) included. They promise every exactness
+the catalogue can judge bit for bit: deterministic reruns, bit-exact causality (masked terms are
+exact zeros, decays from exp of pairwise differences) and results independent of the memory
+layout (every load goes through the strides)."""
 
 ENTRY_POINT_GROUP = "linattn_verify.kernels"
 PROPERTIES_ENTRY_POINT_GROUP = "linattn_verify.properties"

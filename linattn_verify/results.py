@@ -32,6 +32,7 @@ Status = Literal[
     "undefined",
     "out_of_contract",
     "ill_conditioned",
+    "within_rounding",
 ]
 """How a property came out on a case, or over a search.
 
@@ -39,7 +40,10 @@ Status = Literal[
 nothing about this kernel or case (the reason says why); ``not_run``: a search stopped before
 reaching it. ``undefined`` (the exact result is undefined there), ``out_of_contract`` (outside
 what the kernel declares it supports) and ``ill_conditioned`` (the bound cannot decide) name
-cases that are neither a pass nor a defect."""
+cases that are neither a pass nor a defect. ``within_rounding``: an exactness property whose
+bit-for-bit form the kernel did not promise (docs/design.md, "Exact properties") found the
+bits different but every difference within the error bound: not a defect, and not the exact
+identity either; the reason names the declaration that would make it strict."""
 
 STATUSES: tuple[Status, ...] = get_args(Status)
 
@@ -506,13 +510,16 @@ class PropertyVerdict:
         kernel: The kernel's name.
         property: The property's name.
         status: ``failed`` if any case failed; ``not_run`` if never tried; ``not_applicable``
-            if it applied to no case; else ``held``.
+            if it applied to no case; ``within_rounding`` if a case came out so (and none
+            failed); else ``held``.
         examples: Cases tried (shrinking included).
         not_applicable: Cases on which the property did not apply.
         seconds: Time spent on the property.
-        message: The failure report of the minimal failing case (with repro and replay), or "".
+        message: The failure report of the minimal failing case (with repro and replay), or,
+            without a failure, the report of the first ``within_rounding`` case, or "".
         failure_file: The saved minimal failing case, else `None`.
         first_failure_seconds: Seconds from the start of the search to the first failing case.
+        within_rounding: Cases that came out ``within_rounding``. Default: `0`.
     """
 
     kernel: str
@@ -524,11 +531,26 @@ class PropertyVerdict:
     message: str = ""
     failure_file: str | None = None
     first_failure_seconds: float | None = None
+    within_rounding: int = 0
 
     @builtins.property
     def ok(self) -> bool:
         """Whether the property did not fail."""
         return self.status != "failed"
+
+    def counted(self, result: PropertyResult) -> PropertyVerdict:
+        """This verdict with one more case that did not fail (``result``) counted.
+
+        A ``within_rounding`` case's report becomes the message while nothing has failed.
+        """
+        rounding = result.status == "within_rounding"
+        return replace(
+            self,
+            examples=self.examples + 1,
+            not_applicable=self.not_applicable + (result.status == "not_applicable"),
+            within_rounding=self.within_rounding + rounding,
+            message=result.report() if rounding and not self.message else self.message,
+        )
 
     @classmethod
     def of_cases(cls, records: Iterable[CaseRecord]) -> list[PropertyVerdict]:
@@ -537,27 +559,30 @@ class PropertyVerdict:
         for record in records:
             key = (record.kernel, record.property)
             verdict = tallies.get(key) or cls(record.kernel, record.property, "held")
-            failed = verdict.status == "failed" or not record.ok
-            first_failure = verdict.status != "failed" and not record.ok
+            verdict = replace(verdict, seconds=round(verdict.seconds + record.seconds, 3))
+            if record.ok:
+                tallies[key] = verdict.counted(record.result)
+                continue
+            first_failure = verdict.status != "failed"
             tallies[key] = replace(
                 verdict,
-                status="failed" if failed else "held",
+                status="failed",
                 examples=verdict.examples + 1,
-                not_applicable=verdict.not_applicable + (record.status == "not_applicable"),
-                seconds=round(verdict.seconds + record.seconds, 3),
                 message=record.result.report() if first_failure else verdict.message,
                 failure_file=record.failure_file if first_failure else verdict.failure_file,
             )
         return [tallies[key].settled() for key in sorted(tallies)]
 
     def settled(self) -> PropertyVerdict:
-        """The verdict with its final status: ``not_run`` or ``not_applicable`` where due."""
+        """The verdict with its final status: not run, not applicable, within rounding, held."""
         if self.status != "held":
             return self
         if self.examples == 0:
             return replace(self, status="not_run")
         if self.not_applicable >= self.examples:
             return replace(self, status="not_applicable")
+        if self.within_rounding:
+            return replace(self, status="within_rounding")
         return self
 
     def to_json(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ by ``linattn-verify replay``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -88,6 +89,24 @@ def load_target(target: str) -> Callable[..., Any]:
     return fn
 
 
+def load_kernel_function(target: str) -> Callable[..., Any]:
+    """Load ``target`` as a kernel under test: without CUDA, under the interpreter's patches.
+
+    A third-party Triton kernel is decorated when its module is imported, and must be decorated
+    by the patched Triton.
+
+    Raises:
+        InvalidArgument: if the target cannot be loaded.
+    """
+    import torch
+
+    from linattn_verify import interpreter
+
+    if not torch.cuda.is_available():
+        interpreter.enable()
+    return load_target(target)
+
+
 @contextmanager
 def _alarm(seconds: float) -> Iterator[None]:
     """Raise `KernelTimeout` in this (main) thread after ``seconds``; a no-op elsewhere."""
@@ -121,6 +140,8 @@ def with_timeout(kernel: Kernel, seconds: float) -> Kernel:
     """
     fn = kernel.fn
 
+    # wraps: the timed kernel keeps the signature the harness shapes its calls by.
+    @functools.wraps(fn)
     def timed(*args: Any, **kwargs: Any) -> Any:
         with _alarm(seconds):
             return fn(*args, **kwargs)
@@ -139,6 +160,8 @@ class KernelSource:
         recipe: How the user declared it rounds.
         form: Its algorithm, if declared.
         timeout: Seconds one call may take (0: no limit).
+        inferred: What was read off its signature rather than declared (``check``'s
+            ``assumed:`` header prints it). Default: `()`.
     """
 
     target: str
@@ -146,6 +169,7 @@ class KernelSource:
     recipe: PrecisionRecipe
     form: Form | None = None
     timeout: float = 60.0
+    inferred: tuple[str, ...] = ()
 
     def resolved(self) -> KernelSource:
         """Return this source with a file target's path made absolute (valid from any cwd)."""
@@ -155,23 +179,14 @@ class KernelSource:
         return replace(self, target=f"{Path(where).resolve()}{sep}{name}")
 
     def load(self) -> Kernel:
-        """Import the target and return it as a `Kernel` with the per-call timeout.
-
-        Without CUDA the interpreter's patches are applied first: a third-party Triton kernel is
-        decorated when its module is imported, and must be decorated by the patched Triton.
+        """Import the target (`load_kernel_function`) as a `Kernel` with the per-call timeout.
 
         Raises:
             InvalidArgument: if the target cannot be loaded.
         """
-        import torch
-
-        from linattn_verify import interpreter
-
-        if not torch.cuda.is_available():
-            interpreter.enable()
         kernel = Kernel(
             name=self.target,
-            fn=load_target(self.target),
+            fn=load_kernel_function(self.target),
             capabilities=self.capabilities,
             recipe=self.recipe,
             form=self.form,
@@ -187,6 +202,7 @@ class KernelSource:
             "recipe": asdict(self.recipe),
             "form": self.form,
             "timeout": self.timeout,
+            "inferred": list(self.inferred),
         }
 
     @classmethod
@@ -211,6 +227,7 @@ class KernelSource:
                 recipe=PrecisionRecipe.from_dict(recipe),
                 form=cast(Form | None, document.get("form")),
                 timeout=float(document.get("timeout", 60.0)),
+                inferred=tuple(str(x) for x in document.get("inferred", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InvalidArgument):
@@ -221,4 +238,11 @@ class KernelSource:
             ) from None
 
 
-__all__ = ["KernelSource", "KernelTimeout", "import_file", "load_target", "with_timeout"]
+__all__ = [
+    "KernelSource",
+    "KernelTimeout",
+    "import_file",
+    "load_kernel_function",
+    "load_target",
+    "with_timeout",
+]

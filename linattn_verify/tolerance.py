@@ -69,6 +69,7 @@ its rows contributing nothing to the gradients) whatever the declaration.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -78,7 +79,7 @@ from linattn_verify._bounds.gradients import Cotangents, backward_sequence
 from linattn_verify._bounds.terms import SequenceTerms, Units
 from linattn_verify._bounds.vector_gradients import vector_backward_sequence
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe, dtype_name
 from linattn_verify.semantics import Problem
 from linattn_verify.typing import ZeroDenominator
 
@@ -179,7 +180,11 @@ def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
 
 
 def forward_bounds(
-    problem: Problem, recipe: PrecisionRecipe, *, zero_denominator: ZeroDenominator = "zero"
+    problem: Problem,
+    recipe: PrecisionRecipe,
+    *,
+    zero_denominator: ZeroDenominator = "zero",
+    causal_exact: bool = True,
 ) -> ForwardBounds:
     """Compute the exact forward result and its error bounds for a kernel following ``recipe``.
 
@@ -192,6 +197,10 @@ def forward_bounds(
         recipe: The kernel's precision recipe.
         zero_denominator: The kernel's declared value where the exact denominator is 0, carried
             by every `TensorBound` (the bounds do not depend on it). Default: `"zero"`.
+        causal_exact: The kernel promises bit-exact causality. Otherwise (`False`) the rounding
+            of every token of a block its form touches reaches each output: decay weights may
+            come from a reference point anywhere in the block (docs/error-model.md §4.1).
+            Default: `True`.
 
     Returns:
         `ForwardBounds`: the absolute bound tensors (``o`` ``[B, T, H, V]``, ``final_state``
@@ -202,7 +211,7 @@ def forward_bounds(
     per_seq: list[dict[str, torch.Tensor]] = []
     pieces: list[ForwardPieces] = []
     for n, b, start, end in p.sequences():
-        seq = SequenceTerms(p, recipe, units, n, b, start, end)
+        seq = SequenceTerms(p, recipe, units, n, b, start, end, causal_exact=causal_exact)
         values, piece = forward_sequence(seq, p)
         per_seq.append(values)
         pieces.append(piece)
@@ -258,7 +267,7 @@ def forward_bounds(
             magnitude=M_S,
             count=count_S.expand_as(S_ref),
             unit=units.acc,
-            verifiable=torch.ones_like(S_ref, dtype=torch.bool),
+            verifiable=torch.isfinite(B_S),
             zero_denominator=zero_denominator,
         )
         final_state = B_S
@@ -271,13 +280,57 @@ def forward_bounds(
                 magnitude=M_z,
                 count=count_S.expand_as(z_ref),
                 unit=units.acc,
-                verifiable=torch.ones_like(z_ref, dtype=torch.bool),
+                verifiable=torch.isfinite(B_z),
                 zero_denominator=zero_denominator,
             )
             final_key_sum = B_z
     return ForwardBounds(
         o=B_o, final_state=final_state, final_key_sum=final_key_sum, tensors=tensors, pieces=pieces
     )
+
+
+def _charge_packed_scan(p: Problem, per_seq: list[dict[str, torch.Tensor]], u_acc: float) -> None:
+    """Dg of a kernel whose global scan may run over the whole packed row (in place).
+
+    Its cumulative sums of a sequence start from the earlier sequences' total, so each later
+    sequence's dG terms cancel through the earlier sequences' gates in rounding only: dg of a
+    token also holds the rounding of every later sequence's dG (docs/error-model.md §4.1).
+    """
+    if p.g is None or p.cu_seqlens is None or not per_seq:
+        return
+    row_length = p.q.shape[1]
+    later = torch.zeros_like(per_seq[-1]["M_g"][:, 0])  # [H] or [H, K]
+    for values in reversed(per_seq):
+        M_g = values["M_g"]
+        if M_g.shape[1]:
+            values["M_g"] = M_g + later[:, None]
+            values["B_g"] = values["B_g"] + u_acc * row_length * later[:, None]
+            later = later + M_g[:, 0]
+
+
+def charge_returned_state(
+    bounds: Mapping[str, TensorBound], final_state_dtype: str, dtype: torch.dtype
+) -> dict[str, TensorBound]:
+    """``bounds`` with the rounding of a state returned in the input dtype charged.
+
+    A kernel that returns its state in the input dtype (``final_state_dtype="input"``: FLA's
+    normalized ``linear_attn`` returns z_T so) rounds each element once more: u_in (|S| + B)
+    plus half the format's smallest subnormal (docs/error-model.md §2.2). Every tensor but the
+    returned states (``final_state``, ``final_key_sum``) is returned as it is.
+    """
+    charged = dict(bounds)
+    name = dtype_name(dtype)
+    if final_state_dtype != "input" or name in ("float32", "float64"):
+        return charged
+    info = torch.finfo(dtype)
+    unit, tiny = UNIT_ROUNDOFF[name], info.smallest_normal * info.eps / 2
+    for key in ("final_state", "final_key_sum"):
+        tb = charged.get(key)
+        if tb is not None:
+            charged[key] = replace(
+                tb, bound=tb.bound + unit * (tb.reference.abs() + tb.bound) + tiny
+            )
+    return charged
 
 
 GRADIENT_NAMES = ("q", "k", "v", "g", "initial_state", "initial_key_sum")
@@ -359,6 +412,7 @@ def backward_bounds(
     d_final_state: object = None,
     forward: ForwardBounds | None = None,
     zero_denominator: ZeroDenominator = "zero",
+    causal_exact: bool = True,
 ) -> dict[str, TensorBound]:
     """Compute the exact gradients and their error bounds for a kernel following ``recipe``.
 
@@ -373,6 +427,8 @@ def backward_bounds(
         zero_denominator: The kernel's declared value where the exact denominator is 0; the
             gradient elements that depend on such a row are marked ``undefined``
             (`depends_on_rows`) and carry it. Default: `"zero"`.
+        causal_exact: As `forward_bounds`'s (used when ``forward`` is not given).
+            Default: `True`.
 
     A vector gate (g ``[B, T, H, K]``) is covered (docs/error-model.md §5.1): dg is then
     ``[B, T, H, K]``, and the bound takes O(T²K) float64 memory per head and sequence.
@@ -386,30 +442,24 @@ def backward_bounds(
     if not isinstance(do, torch.Tensor) or tuple(do.shape) != tuple(problem.v.shape):
         got = tuple(do.shape) if isinstance(do, torch.Tensor) else type(do).__name__
         raise InvalidArgument(f"Expected do of shape {tuple(problem.v.shape)} but got {got}.")
-    fb = forward or forward_bounds(problem, recipe)
+    fb = forward or forward_bounds(problem, recipe, causal_exact=causal_exact)
     pieces = fb.pieces
     o_residual = fb.tensors["o"].residual
     undefined = (
-        {} if o_residual is None else depends_on_rows(problem, o_residual.denominator[..., 0] == 0)
+        {}
+        if o_residual is None
+        else depends_on_rows(
+            problem,
+            o_residual.denominator[..., 0] == 0,
+            whole_sequence=zero_denominator != "zero",
+        )
     )
     p, units = _prepare(problem, recipe)
     refs = reference_gradients(as_kernel_sees(problem, recipe), do, d_final_state)
-    dS, dz = _split_final_cotangent(d_final_state, p)
-    do64 = do.to(torch.float64)
-    H, K, V = p.q.shape[2], p.q.shape[3], p.v.shape[-1]
-    per_seq = []
-    for piece, (n, b, start, end) in zip(pieces, p.sequences(), strict=True):
-        ct = Cotangents(
-            do=do64[b, start:end].transpose(0, 1),
-            dS=dS[n]
-            if dS is not None
-            else torch.zeros(H, p.feature_dim, V, dtype=torch.float64, device=do64.device),
-            dz=dz[n]
-            if dz is not None
-            else torch.zeros(H, p.feature_dim, dtype=torch.float64, device=do64.device),
-        )
-        backward = vector_backward_sequence if p.vector_gate else backward_sequence
-        per_seq.append(backward(piece, ct, p.normalize))
+    K, V = p.q.shape[3], p.v.shape[-1]
+    per_seq = _backward_pieces(p, pieces, do, d_final_state)
+    if not causal_exact and recipe.decay_scan == "global":
+        _charge_packed_scan(p, per_seq, units.acc)
 
     def rows(key: str, last: int | None) -> torch.Tensor:
         pieces_ = [d[key] if last is not None else d[key][..., None] for d in per_seq]
@@ -446,9 +496,10 @@ def backward_bounds(
         B = B + out_unit * ref.abs() + tiny
         # Where the float64 reference itself left the float64 range (docs/error-model.md §6.3) it
         # certifies nothing: count the element as unverifiable rather than skip it silently. So
-        # does a bound that is NaN: 1/|Z| = inf for a float64-subnormal denominator times a zero
-        # term (a row the element barely depends on), neither 0 nor a finite bound.
-        bad = bad | ~torch.isfinite(ref) | torch.isnan(B)
+        # does a bound that is not finite: NaN from 1/|Z| = inf for a float64-subnormal
+        # denominator times a zero term (a row the element barely depends on), inf from γ_n
+        # with n u >= 1 (`recipe.gamma`).
+        bad = bad | ~torch.isfinite(ref) | ~torch.isfinite(B)
         result[name] = TensorBound(
             name="d" + name,
             reference=ref,
@@ -463,6 +514,65 @@ def backward_bounds(
     return result
 
 
+def _backward_pieces(
+    p: Problem, pieces: list[ForwardPieces], do: torch.Tensor, d_final_state: object
+) -> list[dict[str, torch.Tensor]]:
+    """The gradient terms of each sequence (`backward_sequence`), from its forward pieces."""
+    dS, dz = _split_final_cotangent(d_final_state, p)
+    do64 = do.to(torch.float64)
+    H, F, V = p.q.shape[2], p.feature_dim, p.v.shape[-1]
+    backward = vector_backward_sequence if p.vector_gate else backward_sequence
+    per_seq = []
+    for piece, (n, b, start, end) in zip(pieces, p.sequences(), strict=True):
+        ct = Cotangents(
+            do=do64[b, start:end].transpose(0, 1),
+            dS=dS[n] if dS is not None else do64.new_zeros(H, F, V),
+            dz=dz[n] if dz is not None else do64.new_zeros(H, F),
+        )
+        per_seq.append(backward(piece, ct, p.normalize))
+    return per_seq
+
+
+def overflow_elements(
+    problem: Problem,
+    recipe: PrecisionRecipe,
+    *,
+    causal_exact: bool = True,
+    cotangents: tuple[torch.Tensor, object] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Elements where the recipe's 16-bit arithmetic may overflow (docs/error-model.md §8.3).
+
+    A kernel computing (``accumulation="input"``) or dividing (``division_dtype="input"``) in
+    a 16-bit input dtype may return inf or NaN there though the exact value is finite
+    (`linattn_verify._bounds.overflow`); the bounds mark them unverifiable. Keyed like
+    `linattn_verify.tolerance.depends_on_rows`'s masks with a ``d`` prefix, plus ``o``,
+    ``final_state`` and ``final_key_sum``; the gradients only with ``cotangents`` (do,
+    d_final_state): every gradient of an affected (sequence, head). Empty when the recipe
+    cannot overflow so.
+    """
+    p, units = _prepare(problem, recipe)
+    if units.overflow_arith == float("inf") and units.overflow_division == float("inf"):
+        return {}
+    fb = forward_bounds(problem, recipe, causal_exact=causal_exact)
+    B, T, H, _, V = p.shape
+    rows = _assemble(p, [piece.overflow[..., None].double() for piece in fb.pieces], 1)
+    masks = {"o": (rows > 0).expand(B, T, H, V)}
+    F, N = p.feature_dim, p.num_sequences
+    end = torch.stack([piece.end_overflow for piece in fb.pieces], 0)  # [N, H]
+    masks["final_state"] = end[..., None, None].expand(N, H, F, V)
+    if p.normalize:
+        masks["final_key_sum"] = end[..., None].expand(N, H, F)
+    if cotangents is None:
+        return masks
+    per_seq = _backward_pieces(p, fb.pieces, cotangents[0], cotangents[1])
+    marked = torch.zeros(B, T, H, dtype=torch.bool, device=rows.device)
+    for values, (_, b, start, stop) in zip(per_seq, p.sequences(), strict=True):
+        marked[b, start:stop] = values["overflow_heads"]
+    spread = depends_on_rows(p, marked, whole_sequence=True)
+    masks.update({"d" + name: mask for name, mask in spread.items()})
+    return masks
+
+
 def _undefined_like(mask: torch.Tensor | None, ref: torch.Tensor) -> torch.Tensor | None:
     """``mask`` broadcast to ``ref``'s shape: a vector gate's dg_j is undefined in every dim."""
     if mask is None or mask.shape == ref.shape:
@@ -470,7 +580,9 @@ def _undefined_like(mask: torch.Tensor | None, ref: torch.Tensor) -> torch.Tenso
     return mask[..., None].expand_as(ref)
 
 
-def depends_on_rows(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+def depends_on_rows(
+    problem: Problem, rows: torch.Tensor, *, whole_sequence: bool = False
+) -> dict[str, torch.Tensor]:
     """Return, per gradient (keyed by `GRADIENT_NAMES`), the elements that depend on ``rows``.
 
     ``rows`` ``[B, T, H]`` marks output rows o_t (of one head). With j and t positions of one
@@ -479,12 +591,17 @@ def depends_on_rows(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Ten
     and on S_0, z_0 of its sequence, all of the same head; so the elements returned are dq_t;
     dk_j, dv_j, dg_j for j <= t; dS_0 and dz_0 of the sequence (docs/error-model.md §3).
 
+    With ``whole_sequence``, every gradient element of a (sequence, head) holding such a row:
+    an IEEE backward divides by the zero denominator (do/Z = inf), and a correct kernel that
+    masks its scores by multiplication turns the masked 0 · inf into NaN for every key of the
+    chunk and, through the state's adjoint, of every earlier chunk (docs/error-model.md §3.1).
+
     Returns:
         Boolean masks for ``q``, ``k``, ``v`` (``[B, T, H, K|V]``), ``g`` (g's shape),
         ``initial_state`` (``[N, H, K, V]``) and ``initial_key_sum`` (``[N, H, K]``).
     """
     B, T, H, K, V = problem.shape
-    rows = rows.to(torch.bool)
+    rows = rows.to(torch.bool).clone()
     later = torch.zeros_like(rows)
     sequence = torch.zeros(problem.num_sequences, H, dtype=torch.bool, device=rows.device)
     for n, b, start, end in problem.sequences():
@@ -493,6 +610,8 @@ def depends_on_rows(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Ten
             # Some row at or after position j: a reverse running maximum.
             later[b, start:end] = torch.flip(torch.cummax(torch.flip(r, [0]), 0).values, [0]) > 0
             sequence[n] = r.bool().any(0)
+            if whole_sequence:
+                rows[b, start:end] = later[b, start:end] = sequence[n]
     N = problem.num_sequences
     return {
         "q": rows[..., None].expand(B, T, H, K),
@@ -511,8 +630,10 @@ __all__ = [
     "TensorBound",
     "as_kernel_sees",
     "backward_bounds",
+    "charge_returned_state",
     "cotangent_loss",
     "depends_on_rows",
     "forward_bounds",
+    "overflow_elements",
     "reference_gradients",
 ]

@@ -37,16 +37,20 @@ OracleMethod = Literal["auto", "float64", "double-double", "mpmath"]
 DotPrecision = Literal["ieee", "tf32", "tf32x3"]
 """``tl.dot`` input precision for fp32 operands."""
 
-Accumulation = Literal["ieee", "mma", "float64"]
+Accumulation = Literal["ieee", "mma", "float64", "input"]
 """``ieee``: round-to-nearest fp32 adds (u = 2^-24); ``mma``: tensor-core accumulation (2^-23);
-``float64``: everything in float64 (u = 2^-53), for judging the float64 references."""
+``float64``: everything in float64 (u = 2^-53), for judging the float64 references; ``input``:
+every sum and elementwise operation in the input dtype (a kernel that never upcasts: running sums
+kept in fp16, as performer-pytorch's)."""
 
 DecayScan = Literal["chunk_local", "global", "per_step"]
 """How a kernel obtains decay weights: exp of differences of chunk-local cumulative sums, of
 whole-sequence cumulative sums, or a product of per-step factors exp(g_s)."""
 
-Division = Literal["full", "rn"]
-"""fp32 division flavour: ``full`` (``div.full.f32``, 2 ulp) or correctly rounded ``rn``."""
+Division = Literal["full", "rn", "reciprocal"]
+"""How the normalizer divides: ``full`` (``div.full.f32``, 2 ulp), correctly rounded ``rn``, or
+``reciprocal``: 1/Z rounded, then a multiply (performer-pytorch's ``D_inv``), in the recipe's
+``division_dtype``."""
 
 LowDtype = Literal["float32", "float16", "bfloat16"]
 """Storage dtypes a kernel may take inputs in, or round intermediates to."""
@@ -62,6 +66,17 @@ ZeroDenominator = Literal["zero", "ieee", "any"]
 
 ZERO_DENOMINATORS: tuple[ZeroDenominator, ...] = get_args(ZeroDenominator)
 """The zero-denominator conventions a kernel may declare."""
+
+FinalStateDtype = Literal["float32", "input"]
+"""The dtype of the final state a kernel returns: ``float32`` (or wider), or ``input``: rounded to
+the input dtype (FLA's normalized ``linear_attn`` returns z_T so)."""
+
+FINAL_STATE_DTYPES: tuple[FinalStateDtype, ...] = get_args(FinalStateDtype)
+"""The final-state dtypes a kernel may declare."""
+
+ScaleConvention = Literal["arg", "fixed", "one"]
+"""How a kernel gets its scale: ``arg`` it takes ``scale=``; ``fixed`` it applies K^-1/2 itself;
+``one`` it applies none (``check --scale``)."""
 
 Gate = Literal["scalar", "vector"]
 """The shape of a log decay g: ``scalar`` ``[B, T, H]`` (one gate per token and head) or
@@ -92,6 +107,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 __all__ = [
     "DTYPE_NAMES",
+    "FINAL_STATE_DTYPES",
     "FORMS",
     "GATES",
     "KERNEL_DTYPES",
@@ -104,10 +120,12 @@ __all__ = [
     "DotPrecision",
     "DtypeName",
     "FeatureMap",
+    "FinalStateDtype",
     "Form",
     "Gate",
     "LowDtype",
     "OracleMethod",
+    "ScaleConvention",
     "ZeroDenominator",
     "dtype_name",
     "torch_dtype",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from linattn_verify._bounds.overflow import forward_overflow
 from linattn_verify._bounds.terms import MainTerms, SequenceTerms
 from linattn_verify._bounds.vector import vector_main_terms
 from linattn_verify.semantics import Problem
@@ -21,7 +22,12 @@ class ForwardPieces:
     B_Z: torch.Tensor  # [H, L, 1] (zeros when unnormalized)
     B_o: torch.Tensor  # [H, L, V] forward bound of o (0 where unverifiable: see `bad`)
     o: torch.Tensor  # [H, L, V]
-    bad: torch.Tensor  # [H, L] rows with an unverifiable denominator
+    bad: torch.Tensor  # [H, L] rows with an unverifiable denominator (or an overflow)
+    # Where the kernel's 16-bit arithmetic may overflow (`_bounds.overflow`): rows [H, L], and
+    # heads [H] of the final state.
+    overflow: torch.Tensor
+    end_overflow: torch.Tensor
+    numerator_magnitude: torch.Tensor  # [H, L, V]: M^N, the output's magnitude unnormalized
 
 
 def scalar_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
@@ -128,10 +134,18 @@ def forward_sequence(
         Z = (main.Z + p.eps)[..., None]  # [H, L, 1]
         M_Z = (main.M_Z + p.eps)[..., None]
         B_Z = main.B_Z[..., None] + u.acc * Z.abs()
-        B_Z = B_Z + underflow + cast_row + lost * terms[None, :, None]
+        B_Z = B_Z + underflow + cast_row + lost * terms[None, :, None] + u.division_cast_abs
+        B_N = B_N + u.division_cast_abs
+        # A reciprocal 1/Z below its dtype's normal range errs by up to λ_r absolutely: |N| λ_r
+        # on o, which is the numerator error |N| |Z| λ_r in the residual N - ô Z (§2.3).
+        B_N = B_N + u.reciprocal_abs * N.abs() * Z.abs()
         exact_zero = M_Z == 0  # every term vanishes: the 0/0 row, whose value is exactly 0
         o = torch.where(Z == 0, torch.zeros_like(N), N / torch.where(Z == 0, 1, Z))
-        good = (Z.abs() / 2 > B_Z) | exact_zero
+        # Where 1/Z may overflow the reciprocal's dtype, o is inf: unverifiable, like Z ≈ 0;
+        # so is a row where the declared 16-bit arithmetic may overflow.
+        overflow, end_overflow = forward_overflow(seq, M_N, M_Z)
+        good = ((Z.abs() / 2 > B_Z) & ((Z.abs() - B_Z) * u.reciprocal_max > 1)) | exact_zero
+        good = good & ~overflow[..., None]
         rounding = u.div + u.out
         B_o = torch.where(
             good,
@@ -158,8 +172,9 @@ def forward_sequence(
         Z_rows = Z
     else:
         o = N
-        B_o = B_N + u.out * N.abs() + u.out_abs
-        bad = torch.zeros(seq.H, L, dtype=torch.bool, device=N.device)
+        overflow, end_overflow = forward_overflow(seq, M_N, None)
+        bad = overflow
+        B_o = torch.where(bad[..., None], torch.inf, B_N + u.out * N.abs() + u.out_abs)
         out.update(o=o, B_o=B_o, M_o=M_N)
         Z_rows = torch.ones_like(N[..., :1])
     out["count_o"] = (max_count[None, :, None]).expand(seq.H, L, 1)
@@ -174,14 +189,22 @@ def forward_sequence(
     out.update(
         S_T=S_T,
         M_S=main.M_S,
-        B_S=main.B_S + underflow_S + lost_S,
+        B_S=torch.where(end_overflow[:, None, None], torch.inf, main.B_S + underflow_S + lost_S),
         z_T=main.z_T,
         M_z=main.M_z,
-        B_z=main.B_z + underflow_S + lost_z,
+        B_z=torch.where(end_overflow[:, None], torch.inf, main.B_z + underflow_S + lost_z),
         count_S=count_S.max().expand(1),
     )
     B_Z_rows = out["B_Z"] if p.normalize else torch.zeros_like(Z_rows)
     pieces = ForwardPieces(
-        seq=seq, Z=Z_rows, B_Z=B_Z_rows, B_o=torch.where(bad[..., None], 0.0, B_o), o=o, bad=bad
+        seq=seq,
+        Z=Z_rows,
+        B_Z=B_Z_rows,
+        B_o=torch.where(bad[..., None], 0.0, B_o),
+        o=o,
+        bad=bad,
+        overflow=overflow,
+        end_overflow=end_overflow,
+        numerator_magnitude=M_N,
     )
     return out, pieces

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from linattn_verify._bounds import lifted
 from linattn_verify._bounds.forward import ForwardPieces
-from linattn_verify._bounds.terms import SequenceTerms
+from linattn_verify._bounds.overflow import backward_overflow
+from linattn_verify._bounds.terms import SequenceTerms, Units
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     good = ~f.bad[..., None]  # [H, L, 1]
     zeta = torch.where(f.Z == 0, 1.0, 1.0 / f.Z.abs())  # [H, L, 1]
     e_Z = torch.where(good & (f.Z != 0), f.B_Z * zeta, 0.0)  # relative error of the kernel's Z
+    e_Z = e_Z + nz * backward_division_error(u)
     do_o = (doa * f.o.abs()).sum(-1) * nz  # |do_t|·|o_t|, [H, L]
     delta_err_raw = (doa * f.B_o).sum(-1) * nz  # error of δ_t from the kernel's ô, [H, L]
     delta_err = delta_err_raw * zeta[..., 0]
@@ -50,9 +53,11 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     Ephi = seq.q_err @ ka.transpose(-1, -2) + qa @ seq.k_err.transpose(-1, -2)
     Ephi = Ephi + u.underflow * (seq.dot_length + 2)
     WR = W_tok * R
-    # Underflow in do_t·v_j is likewise absolute before the division by Z_t.
+    # Underflow in do_t·v_j is likewise absolute before the division by Z_t; so are the quotient
+    # adjoints' below the division dtype's normal range.
     dot_underflow = u.underflow * (seq.V + 2) * zeta
-    WRerr = W_tok * (Ub_tok * R + delta_err[..., None] + dot_underflow)
+    adj = adjoint_errors(f, zeta, normalize)
+    WRerr = W_tok * (Ub_tok * R + delta_err[..., None] + dot_underflow + adj.P)
     out: dict[str, torch.Tensor] = {}
     # dφ(q) and dφ(k).
     M_dqf = s * (WR @ ka + w0[..., None] * R0)
@@ -61,6 +66,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
         + WR @ seq.k_err
         + (Ub0 * w0)[..., None] * R0
         + (w0 * delta_err)[..., None] * z0a[:, None, :] * nz
+        + w0[..., None] * adj.P0
     )
     final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # [H, L, K]
     M_dkf = s * WR.transpose(-1, -2) @ qa + wE[..., None] * final_k
@@ -74,6 +80,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     out["B_v"] = (s * W_tok * (Ub_tok * absA + Ephi) * zeta).transpose(-1, -2) @ doa + (
         (wE * US)[..., None] * final_v + wE[..., None] * (seq.k_err @ dSa)
     )
+    out["B_v"] = out["B_v"] + adj.dN * (s * W_tok * absA).sum(-2)[..., None]
     # dS_0 and dz_0.
     qz = s * qa * (w0 * zeta[..., 0])[..., None]  # [H, L, K]
     qz_err = s * seq.q_err * (w0 * zeta[..., 0])[..., None]
@@ -81,15 +88,18 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     out["B_S0"] = (qz * Ub0[..., None] + qz_err).transpose(-1, -2) @ doa + (
         (US0 * wE0)[:, None, None] * dSa
     )
+    q0 = s * qa * w0[..., None]  # [H, L, K]: the weights of dN_t and dZ_t in dS_0 and dz_0
+    out["B_S0"] = out["B_S0"] + adj.dN * q0.sum(1)[..., None]
     out["M_z0"] = (qz * do_o[..., None]).sum(1) + wE0[:, None] * dza
     out["B_z0"] = (
         (qz * (Ub0 * do_o + delta_err_raw)[..., None]).sum(1)
         + (qz_err * do_o[..., None]).sum(1)
         + (US0 * wE0)[:, None] * dza
+        + (q0 * adj.dZ).sum(1)
     )
     # dG_t = q̃_t·dq̃_t - k̃_t·dk̃_t (+ the final-state pairing at t = L); dg = reverse cumsum.
     Q = s * W_tok * absA * R
-    Q_err = s * W_tok * (Ub_tok * absA * R + absA * delta_err[..., None] + Ephi * R)
+    Q_err = s * W_tok * (Ub_tok * absA * R + absA * (delta_err[..., None] + adj.P) + Ephi * R)
     Q0 = s * w0 * (qa * R0).sum(-1)
     Q0_err = (
         s
@@ -98,6 +108,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
             (qa * R0).sum(-1) * Ub0
             + (seq.q_err * R0).sum(-1)
             + nz * (qa * z0a[:, None, :]).sum(-1) * delta_err
+            + (qa * adj.P0).sum(-1)
         )
     )
     F = wE * ((final_v * va).sum(-1) + nz * (ka * dza[:, None, :]).sum(-1))  # [H, L]
@@ -117,15 +128,17 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     out["M_g"] = reverse_cumsum(M_dG)
     steps = torch.arange(seq.L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)
     out["B_g"] = reverse_cumsum(B_dG) + u.acc * steps * out["M_g"]
+    out["M_g"], out["B_g"] = reach_of_block(seq, M_dG, B_dG, out["M_g"], out["B_g"])
     add_feature_map_chain(out, seq, (M_dqf, B_dqf), (M_dkf, B_dkf))
     # Unverifiable: anything that depends on a row whose denominator is not certified.
-    bad = f.bad
+    bad = unverifiable_rows(f)
     bad_key = ((W_tok > 0) & bad[..., None]).any(-2)  # [H, L]: some later row t >= j is bad
     bad_G = bad | bad_key
     bad_g = torch.flip(torch.cummax(torch.flip(bad_G.to(torch.int8), [-1]), -1).values, [-1]) > 0
     out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
     out["bad_S0"] = (bad & (w0 > 0)).any(-1)  # [H]
     out["count"] = (count.max() if count.numel() else torch.zeros((), dtype=Ub.dtype)).expand(1)
+    mark_overflow(out, f, ct)
     return out
 
 
@@ -246,6 +259,108 @@ def add_feature_map_chain(
     ):
         out["M_" + name] = M_f * dphi.abs()
         out["B_" + name] = B_f * dphi.abs() + M_f * dphi_err + u.arith * out["M_" + name]
+
+
+def unverifiable_rows(f: ForwardPieces) -> torch.Tensor:
+    """Rows ``[H, L]`` whose gradients are unverifiable.
+
+    The forward's (a denominator not certified nonzero), and for a reciprocal division the rows
+    where the backward's (1/Z)^2 may leave its dtype's normal range: autograd of a reciprocal
+    forms it even where the cotangent is 0, and 0·inf is NaN; below the normal range it loses
+    the denominator's gradient, which cancels the numerator's to the true result (0 for a
+    single-token row), so no bound tighter than the gradient's own terms holds (§2.3).
+    """
+    u = f.seq.units
+    if u.reciprocal_max == float("inf"):
+        return f.bad
+    Z, B_Z = f.Z.abs()[..., 0], f.B_Z[..., 0]
+    overflow: torch.Tensor = u.reciprocal_max**-0.5 >= Z - B_Z
+    underflow: torch.Tensor = u.reciprocal_tiny**-0.5 <= Z + B_Z
+    return f.bad | overflow | underflow
+
+
+def mark_overflow(out: dict[str, torch.Tensor], f: ForwardPieces, ct: Cotangents) -> None:
+    """Mark every gradient of a head whose declared 16-bit arithmetic may overflow (in place).
+
+    `backward_overflow` says which heads of the sequence (kept as ``overflow_heads``); each
+    ``bad_<x>`` mask of ``out`` is widened to all of that head's elements.
+    """
+    heads = backward_overflow(f, ct, out)
+    out["overflow_heads"] = heads
+    if not bool(heads.any()):
+        return
+    for key in ("bad_q", "bad_k", "bad_v", "bad_g", "bad_S0"):
+        mask = out[key]
+        out[key] = mask | heads.reshape(-1, *([1] * (mask.ndim - 1)))
+
+
+class AdjointErrors(NamedTuple):
+    """Absolute errors of the quotient adjoints below the division dtype's normal range.
+
+    Attributes:
+        dN: Of each element of dN_t = do_t / Z_t (a float; 0 unnormalized).
+        dZ: Of dZ_t = -(do_t·N_t) / Z_t^2, ``[H, L, 1]``.
+        P: Of dP_tj = dN_t·v_j + dZ_t, the adjoint of the score A_tj, ``[H, L, L]``.
+        P0: Of (S_0 dN_t + z_0 dZ_t)_k, the initial state's share, ``[H, L, K]``.
+    """
+
+    dN: float
+    dZ: torch.Tensor
+    P: torch.Tensor
+    P0: torch.Tensor
+
+
+def adjoint_errors(f: ForwardPieces, zeta: torch.Tensor, normalize: bool) -> AdjointErrors:
+    """`AdjointErrors` of one sequence (docs/error-model.md §5, quotient adjoints).
+
+    Each of dN_t's elements is one operation (a division, or a multiply by 1/Z): λ. dZ_t is a
+    V-term sum of products do·N and one multiply by 1/Z^2 (or division by Z^2), in some order:
+    each of the 2V + 1 operations loses at most λ, and the ones before the multiply are
+    magnified by up to 1/Z^2, so λ (2V + 1)(1 + 1/Z^2).
+    """
+    seq = f.seq
+    lam = seq.units.adjoint_abs if normalize else 0.0
+    dZ = lam * (2 * seq.V + 1) * (1 + zeta**2)  # [H, L, 1]
+    P = lam * seq.v.abs().sum(-1)[:, None, :] + dZ  # [H, L(t), L(j)]
+    P0 = lam * seq.S0.abs().sum(-1)[:, None, :] + dZ * seq.z0.abs()[:, None, :]
+    return AdjointErrors(lam, dZ, P, P0)
+
+
+def backward_division_error(u: Units) -> float:
+    """The relative error the backward's divisions by Z add beyond the count's fp32 slack.
+
+    The backward divides twice per row (dN = do / Z, dZ = -(do·o) / Z; a reciprocal kernel
+    multiplies by 1/Z and forms (1/Z)^2 through autograd), each in the division's dtype: 2 u_div.
+    The rounding counts already hold 4u of fp32 slack per division, so only what a division in
+    a narrower dtype adds is charged (an fp16 reciprocal: 2 (4 u_fp16 - 4 u)).
+    """
+    return 2 * max(0.0, u.div - 4 * u.arith)
+
+
+def reach_of_block(
+    seq: SequenceTerms,
+    M_dG: torch.Tensor,
+    B_dG: torch.Tensor,
+    M_g: torch.Tensor,
+    B_g: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dg's magnitude and bound for a kernel that is causal only within rounding.
+
+    Tokens on the last axis. A kernel with a decay reference point in the block (FLA's chunk
+    end) forms dG of that point as the cancelling sum of every token's terms in the block:
+    dg_s then holds the rounding of the whole block's dG from its start, not only of the tokens
+    after s (docs/error-model.md §4.1). Unchanged for a kernel promising bit-exact causality,
+    and for per-step decays (no reference point).
+    """
+    scan = seq.recipe.decay_scan
+    if seq.causal_exact or scan == "per_step" or not seq.L:
+        return M_g, B_g
+    block = seq.recipe.chunk_size if scan == "chunk_local" else seq.L
+    starts = torch.div(torch.arange(seq.L, device=M_g.device), block, rounding_mode="floor") * block
+    from_start = reverse_cumsum(M_dG)[..., starts]
+    steps = (seq.L - starts).to(M_g.dtype)
+    B_wide = reverse_cumsum(B_dG)[..., starts] + seq.units.acc * steps * from_start
+    return torch.maximum(M_g, from_start), torch.maximum(B_g, B_wide)
 
 
 def reverse_cumsum(x: torch.Tensor) -> torch.Tensor:

@@ -35,12 +35,8 @@ from __future__ import annotations
 import torch
 
 from linattn_verify.feature_maps import favor_exponent, lift_vjp
+from linattn_verify.recipe import gamma
 from linattn_verify.semantics import Problem
-
-
-def gamma(n: float, u: float) -> float:
-    """γ_n = n u / (1 - n u): the relative error bound of n roundings."""
-    return n * u / (1 - n * u)
 
 
 def prescale_error(p: Problem, u: float, *, query: bool) -> float:

@@ -12,7 +12,7 @@ import torch
 
 from linattn_verify._bounds import lifted
 from linattn_verify.feature_maps import feature_map_derivative
-from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe, dtype_name
+from linattn_verify.recipe import UNIT_ROUNDOFF, DivisionLimits, PrecisionRecipe, dtype_name
 from linattn_verify.semantics import Problem
 
 SMALLEST_NORMAL_FP32 = 2.0**-126
@@ -39,6 +39,22 @@ class Units:
     underflow: float  # absolute error of one operation whose result underflows (FTZ-safe)
     out_abs: float  # absolute error of rounding a result below the output dtype's normal range
     cast_abs: float  # the same for one cast to the intermediate dtype, times casts on a path
+    # A reciprocal division's 1/Z: its absolute error below the normal range, and its dtype's
+    # smallest normal and largest finite value (0, 0 and inf for a direct division).
+    reciprocal_abs: float = 0.0
+    reciprocal_tiny: float = 0.0
+    reciprocal_max: float = float("inf")
+    # A division in the input dtype rounds fp32 N and Z to it first: below its normal range
+    # each cast loses up to half its smallest subnormal (0 when nothing is cast).
+    division_cast_abs: float = 0.0
+    # One operation of the backward's quotient adjoints (dN = do/Z, dZ = -(do·N)/Z^2, in the
+    # division's dtype) whose result is below that dtype's normal range errs by up to this much,
+    # absolutely (docs/error-model.md §5, "Quotient adjoints below the normal range").
+    adjoint_abs: float = 0.0
+    # The largest value of the input dtype where the kernel computes (``overflow_arith``) or
+    # divides (``overflow_division``) in it, inf elsewhere (`_bounds.overflow`).
+    overflow_arith: float = float("inf")
+    overflow_division: float = float("inf")
 
     @property
     def lost_intermediate(self) -> float:
@@ -58,20 +74,49 @@ class Units:
         float64 = recipe.accumulation == "float64"
         low = recipe.intermediate_dtype
         low_name = name if low == "input" else low
+        limits = recipe.division_limits(dtype) or DivisionLimits(0.0, 0.0, float("inf"))
+        narrow = name not in ("float32", "float64") and not float64
+        largest = float(torch.finfo(dtype).max) if narrow else float("inf")
+        # With flush-to-zero an underflowing result can lose all of the smallest normal: of
+        # the arithmetic's format (the input dtype's for arithmetic in the input dtype).
+        underflow = (
+            2.0**-1022
+            if float64
+            else max(SMALLEST_NORMAL_FP32, _smallest_normal(dtype))
+            if recipe.accumulation == "input"
+            else SMALLEST_NORMAL_FP32
+        )
+        narrow_division = narrow and recipe.division_dtype == "input"
         return Units(
-            acc=recipe.u_acc,
-            arith=recipe.u_arith,
+            acc=recipe.u_acc(dtype),
+            arith=recipe.u_arith(dtype),
             per_term=recipe.casts_on_path * recipe.u_low(dtype)
             + recipe.dots_on_path * 2 * recipe.u_op,
             out=out,
-            div=recipe.u_div,
-            # With flush-to-zero an underflowing result can lose all of the smallest normal.
-            underflow=2.0**-1022 if float64 else SMALLEST_NORMAL_FP32,
+            div=recipe.u_div(dtype),
+            underflow=underflow,
             out_abs=HALF_SMALLEST_SUBNORMAL[name],
             cast_abs=0.0
             if low_name is None
             else recipe.casts_on_path * HALF_SMALLEST_SUBNORMAL[low_name],
+            reciprocal_abs=limits.subnormal_abs,
+            reciprocal_tiny=limits.smallest_normal,
+            reciprocal_max=limits.largest,
+            division_cast_abs=HALF_SMALLEST_SUBNORMAL[name]
+            if recipe.division_dtype == "input" and recipe.accumulation not in ("float64", "input")
+            else 0.0,
+            adjoint_abs=max(underflow, HALF_SMALLEST_SUBNORMAL[name])
+            if narrow_division
+            else underflow,
+            overflow_arith=largest if recipe.accumulation == "input" else float("inf"),
+            overflow_division=largest
+            if recipe.division_dtype == "input" or recipe.accumulation == "input"
+            else float("inf"),
         )
+
+
+def _smallest_normal(dtype: torch.dtype) -> float:
+    return float(torch.finfo(dtype).smallest_normal)
 
 
 def exp_error(x: torch.Tensor, u: float) -> torch.Tensor:
@@ -100,10 +145,17 @@ class SequenceTerms:
         b: int,
         start: int,
         end: int,
+        *,
+        causal_exact: bool = True,
     ) -> None:
         p = problem
         self.units = units
         self.recipe = recipe
+        # A kernel that does not promise bit-exact causality may take its decays from a
+        # reference point anywhere in the block (`_weight_error`), and a global scan may run
+        # over the whole packed row: its cumulative sums then carry the earlier sequences'.
+        self.causal_exact = causal_exact
+        self.packed_offset = _packed_offset(p, b, start) if not causal_exact else None
         self.problem = p
         self.signed_scale = p.outer_scale
         self.scale = abs(p.outer_scale)
@@ -260,7 +312,32 @@ class SequenceTerms:
         pieces = torch.where(same, 1, bt - bj + 1).clamp(min=1).to(G.dtype)
         Gt, Gj = G_local[:, t][:, :, None], G_local[:, j][:, None, :]
         local = Gt + Gj + torch.where(same, 0.0, G_block_total[:, j][:, None, :] + absD)
-        return pieces * 5 * u + 3.4 * u * absD + block * u * local
+        eps_w = pieces * 5 * u + 3.4 * u * absD + block * u * local
+        if self.causal_exact:
+            return eps_w
+        # docs/error-model.md §4.1: a kernel may split each piece at a reference point r of
+        # its block, exp(G_t - G_r) exp(G_r - G_j) (FLA's chunk-end reference): two more exps
+        # and a multiply per block touched, each exponent at most the block's total, formed
+        # from block-local sums. Which r depends on later tokens of the block: so do the bits.
+        reach = G_block_total[:, t][:, :, None] + torch.where(
+            same, 0.0, G_block_total[:, j][:, None, :]
+        )
+        if scan == "global" and self.packed_offset is not None:
+            # Both cumulative sums start at the packed row's, |G_0| behind: each errs by
+            # L_b u |G_0| more, and the exponent difference by 2u |G_0| more.
+            reach = reach + self.packed_offset.reshape(-1, 1, 1)
+        return eps_w + 2 * pieces * 5 * u + (2 * 3.4 * u + block * u) * reach
+
+
+def _packed_offset(p: Problem, b: int, start: int) -> torch.Tensor | None:
+    """|Σ g| over the packed row before a sequence, or `None` without decay or packing.
+
+    Per head, or per head and key dimension (head-major) for a vector gate.
+    """
+    if p.g is None or p.cu_seqlens is None:
+        return None
+    before = p.g[b, :start].sum(0).abs()  # [H] or [H, K]
+    return before.reshape(-1)
 
 
 @dataclass

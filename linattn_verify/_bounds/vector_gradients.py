@@ -19,7 +19,16 @@ from __future__ import annotations
 import torch
 
 from linattn_verify._bounds.forward import ForwardPieces
-from linattn_verify._bounds.gradients import Cotangents, add_feature_map_chain, reverse_cumsum
+from linattn_verify._bounds.gradients import (
+    Cotangents,
+    add_feature_map_chain,
+    adjoint_errors,
+    backward_division_error,
+    mark_overflow,
+    reach_of_block,
+    reverse_cumsum,
+    unverifiable_rows,
+)
 
 
 def _rows(X: torch.Tensor, P: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -55,6 +64,7 @@ def vector_backward_sequence(
     good = ~f.bad[..., None]
     zeta = torch.where(f.Z == 0, 1.0, 1.0 / f.Z.abs())  # [H, L, 1]
     e_Z = torch.where(good & (f.Z != 0), f.B_Z * zeta, 0.0)
+    e_Z = e_Z + nz * backward_division_error(u)
     do_o = (doa * f.o.abs()).sum(-1) * nz  # [H, L]
     delta_err_raw = (doa * f.B_o).sum(-1) * nz
     delta_err = delta_err_raw * zeta[..., 0]
@@ -79,7 +89,9 @@ def vector_backward_sequence(
     # do_t·v_j (absolute, before the division by Z_t), as in the scalar path.
     under_A = u.underflow * (K + 2) * causal
     dot_underflow = u.underflow * (seq.V + 2) * zeta  # [H, L, 1]
-    P_err = (delta_err[..., None] + dot_underflow) * causal  # absolute errors of dP, [H, L, L]
+    adj = adjoint_errors(f, zeta, normalize)
+    # Absolute errors of dP, [H, L, L].
+    P_err = (delta_err[..., None] + dot_underflow + adj.P) * causal
     out: dict[str, torch.Tensor] = {}
     # dφ(q) and dφ(k).
     M_dqf = s * (_rows(W_tok, R, ka) + w0 * R0)
@@ -89,6 +101,7 @@ def vector_backward_sequence(
         + _rows(W_tok, R, seq.k_err)
         + WU0 * R0
         + nz * w0 * delta_err[..., None] * z0a[:, None, :]
+        + w0 * adj.P0
     )
     final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # (|dS_T||v_j| + |dz_T|)_m
     M_dkf = s * _cols(W_tok, R, qa) + wE * final_k
@@ -104,17 +117,21 @@ def vector_backward_sequence(
     out["B_v"] = (s * (_weighted(WU_tok, qa, ka) + Ephi_w) * zeta).transpose(-1, -2) @ doa + (
         (kw * US + seq.k_err * wE) @ dSa
     )
+    out["B_v"] = out["B_v"] + adj.dN * (s * absA_w).sum(-2)[..., None]
     # dS_0 and dz_0.
     qz = s * qa * w0 * zeta  # [H, L, K]
     qz_U = s * qa * WU0 * zeta
     qz_err = s * seq.q_err * w0 * zeta
     out["M_S0"] = qz.transpose(-1, -2) @ doa + wE0[..., None] * dSa
     out["B_S0"] = (qz_U + qz_err).transpose(-1, -2) @ doa + (US0 * wE0)[..., None] * dSa
+    q0 = s * qa * w0  # [H, L, K]: the weights of dN_t and dZ_t in dS_0 and dz_0
+    out["B_S0"] = out["B_S0"] + adj.dN * q0.sum(1)[..., None]
     out["M_z0"] = (qz * do_o[..., None]).sum(1) + wE0 * dza
     out["B_z0"] = (
         (qz_U * do_o[..., None] + qz * delta_err_raw[..., None]).sum(1)
         + (qz_err * do_o[..., None]).sum(1)
         + US0 * wE0 * dza
+        + (q0 * adj.dZ).sum(1)
     )
     # dG_tm = q̃_tm dq̃_tm - k̃_tm dk̃_tm: the row part of dimension m and its column part.
     q_row = s * qa * _rows(W_tok, R, ka)  # Σ_j |q̃_tm| w_tjm R_tj |k̃_jm|
@@ -136,7 +153,10 @@ def vector_backward_sequence(
         + under_G.sum(-2)[..., None]
     )
     Q0_err = s * (
-        WU0 * qa * R0 + w0 * seq.q_err * R0 + nz * w0 * qa * z0a[:, None, :] * delta_err[..., None]
+        WU0 * qa * R0
+        + w0 * seq.q_err * R0
+        + nz * w0 * qa * z0a[:, None, :] * delta_err[..., None]
+        + w0 * qa * adj.P0
     )
     F = wE * ka * final_k  # [H, L, K]
     F_err = wE * (US * ka + seq.k_err) * final_k
@@ -172,10 +192,19 @@ def vector_backward_sequence(
     out["M_g"] = reverse_cumsum(M_dG.transpose(1, 2)).transpose(1, 2)
     steps = torch.arange(L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)[:, None]
     out["B_g"] = reverse_cumsum(B_dG.transpose(1, 2)).transpose(1, 2) + u.acc * steps * out["M_g"]
+    # Tokens last for the block's reach, then back to [H, L, K].
+    M_g, B_g = reach_of_block(
+        seq,
+        M_dG.transpose(1, 2),
+        B_dG.transpose(1, 2),
+        out["M_g"].transpose(1, 2),
+        out["B_g"].transpose(1, 2),
+    )
+    out["M_g"], out["B_g"] = M_g.transpose(1, 2), B_g.transpose(1, 2)
     add_feature_map_chain(out, seq, (M_dqf, B_dqf), (M_dkf, B_dkf))
     # Unverifiable: anything that depends on a row whose denominator is not certified; per
     # dimension for dg (key j of dimension m is seen by row t when w_tjm > 0).
-    bad = f.bad
+    bad = unverifiable_rows(f)
     seen = (W_tok > 0) & bad[:, None, :, None]  # [H, K, L, L]
     bad_key_m = seen.any(2).transpose(1, 2)  # [H, L, K]
     bad_G = bad[..., None] | bad_key_m
@@ -184,6 +213,7 @@ def vector_backward_sequence(
     out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
     out["bad_S0"] = (bad & (w0 > 0).any(-1)).any(-1)  # [H]
     out["count"] = (count.max() if count.numel() else torch.zeros((), dtype=R.dtype)).expand(1)
+    mark_overflow(out, f, ct)
     return out
 
 

@@ -108,6 +108,10 @@ CHUNK_SIZE = 64
 PARALLEL_BLOCK = 128
 """The query block of FLA's parallel kernels, also the block of their chunk-local g cumsum."""
 
+PROMISES: dict[str, Any] = {"deterministic": True, "causal_exact": True, "layout_exact": True}
+"""The exactness FLA's linear-attention kernels keep (measured: every rerun, cut and layout of
+the catalogue bit-identical under the interpreter); declared so the catalogue judges it strictly."""
+
 KernelFn = Callable[..., tuple[torch.Tensor, Any]]
 
 _LOW_CASTS: dict[str, int] = {
@@ -413,11 +417,19 @@ def fla_kernels() -> list[Kernel]:
             )
         )
 
-    plain = Capabilities(varlen=True)
+    plain = Capabilities(varlen=True, **PROMISES)
     # `normalize_with_z_state` divides with torch, unguarded: where its computed denominator is
     # 0 (only in fp16 for an exact 0, where eps = 1e-10 rounds to 0), IEEE division gives NaN
     # for 0/0 and ±inf for x/0. That is the "ieee" convention (see the module docstring).
-    normalized = Capabilities(normalize=(True,), eps=FLA_EPS, varlen=True, zero_denominator="ieee")
+    # z_T comes back in the input dtype (`chunk_global_cumsum(..., output_dtype=k.dtype)`).
+    normalized = Capabilities(
+        normalize=(True,),
+        eps=FLA_EPS,
+        varlen=True,
+        zero_denominator="ieee",
+        final_state_dtype="input",
+        **PROMISES,
+    )
     forms: dict[str, Form] = {"chunk": "chunk", "fused_chunk": "chunk"}
     for variant in ("chunk", "fused_chunk", "fused_recurrent"):
         fla_fn = getattr(linear, f"{variant}_linear_attn")
@@ -439,8 +451,8 @@ def fla_kernels() -> list[Kernel]:
             division="rn",
         )
 
-    gated = Capabilities(decay=True, varlen=True)
-    stateless = Capabilities(decay=True, varlen=True, initial_state=False, final_state=False)
+    gated = Capabilities(decay=True, varlen=True, **PROMISES)
+    stateless = replace(gated, initial_state=False, final_state=False)
     gla_variants: list[tuple[str, Form, Capabilities, str]] = [
         ("chunk", "chunk", gated, "chunk+decay"),
         ("fused_recurrent", "recurrent", gated, "fused_recurrent"),
@@ -456,8 +468,8 @@ def fla_kernels() -> list[Kernel]:
         )
 
     # Retention's decay is internal: the kernels take no g (decay=False) and declare it instead.
-    fixed = Capabilities(varlen=True)
-    fixed_stateless = Capabilities(varlen=True, initial_state=False, final_state=False)
+    fixed = Capabilities(varlen=True, **PROMISES)
+    fixed_stateless = replace(fixed, initial_state=False, final_state=False)
     retention_variants: list[tuple[str, Form, Capabilities, str]] = [
         ("chunk", "chunk", fixed, "chunk+decay"),
         ("fused_recurrent", "recurrent", fixed, "fused_recurrent"),
@@ -475,7 +487,7 @@ def fla_kernels() -> list[Kernel]:
             implied_decay=retention_log_decay,
         )
 
-    vector_gated = Capabilities(decay=True, gates=("vector",), varlen=True)
+    vector_gated = Capabilities(decay=True, gates=("vector",), varlen=True, **PROMISES)
     vector_variants: list[tuple[str, Form, Capabilities, str, str]] = [
         ("chunk", "chunk", replace(vector_gated, decay_required=True), "g", "chunk+vector"),
         ("fused_recurrent", "recurrent", vector_gated, "gk", "fused_recurrent"),
@@ -515,6 +527,7 @@ __all__ = [
     "FLA_EPS",
     "FLA_REQUIREMENT",
     "LIGHTNING_LAYER",
+    "PROMISES",
     "fla_kernels",
     "lightning_log_decay",
     "retention_log_decay",

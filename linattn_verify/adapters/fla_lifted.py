@@ -260,6 +260,10 @@ def lifted_kernels(*, interpreted: bool) -> list[Kernel]:
                 max_feature_dim=1 + 16 + 16**2 if fused else None,
                 max_head_dim=256 if fused else PARALLEL_MAX_KEY_DIM,
                 zero_denominator="ieee" if normalize else "any",
+                # The exactness of FLA's other kernels (`linattn_verify.adapters.fla.PROMISES`).
+                deterministic=True,
+                causal_exact=True,
+                layout_exact=True,
             )
             recipe = _recipe(
                 form=form,

@@ -51,9 +51,18 @@ def add_parser(sub: Any) -> None:
     soak.add_argument(
         "--kernels",
         type=globs,
-        default=DEFAULT_KERNELS,
+        default=None,
         help="comma-separated globs over kernel names (see `list`); FLA's kernels are included "
-        "when FLA is installed. Default: %(default)s",
+        f"when FLA is installed. Default: {DEFAULT_KERNELS} (none with --manifest)",
+    )
+    soak.add_argument(
+        "--manifest",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a TOML manifest of third-party kernels, each with the check flags that declare it "
+        "(`linattn_verify.cli.manifest`; tests/corpus/*.toml are two); repeatable",
     )
     soak.add_argument(
         "--properties",
@@ -137,6 +146,7 @@ def command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from linattn_verify.cli.manifest import manifest_kernels
     from linattn_verify.errors import InvalidArgument
     from linattn_verify.families import family_of
     from linattn_verify.progress import Progress
@@ -154,7 +164,9 @@ def _run(args: argparse.Namespace) -> int:
     )
 
     try:
-        kernels = select_kernels(args.kernels)
+        manifests = args.manifest or []
+        chosen = args.kernels or (() if manifests else DEFAULT_KERNELS)
+        kernels = [*(select_kernels(chosen) if chosen else []), *manifest_kernels(manifests)]
         # The catalogues of the kernels' families (a name may be in several).
         available: dict[str, None] = {}
         for kernel in kernels:

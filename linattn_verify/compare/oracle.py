@@ -46,10 +46,11 @@ from linattn_verify.tolerance import (
     TensorBound,
     as_kernel_sees,
     backward_bounds,
+    charge_returned_state,
     forward_bounds,
 )
 from linattn_verify.triage import severity
-from linattn_verify.typing import ZeroDenominator
+from linattn_verify.typing import FinalStateDtype, ZeroDenominator
 
 REFERENCE = "oracle"
 
@@ -293,6 +294,8 @@ def check_against_oracle(
     name: str = "kernel",
     property: str = "outputs_match_oracle",
     zero_denominator: ZeroDenominator = "zero",
+    causal_exact: bool = True,
+    final_state_dtype: FinalStateDtype = "float32",
 ) -> PropertyResult:
     """Judge a kernel's outputs (and gradients) against the oracle; see `assert_linattn_close`."""
     if not isinstance(problem, Problem):
@@ -304,10 +307,13 @@ def check_against_oracle(
         raise InvalidArgument(f"Expected a PrecisionRecipe but got recipe={recipe!r}.")
     problem = as_kernel_sees(problem, recipe)
     findings: list[str] = []
-    fb = forward_bounds(problem, recipe, zero_denominator=zero_denominator)
+    fb = forward_bounds(
+        problem, recipe, zero_denominator=zero_denominator, causal_exact=causal_exact
+    )
+    forward = charge_returned_state(fb.tensors, final_state_dtype, problem.q.dtype)
     if isinstance(o, torch.Tensor) and o.dtype != problem.q.dtype:
         findings.append(f"output dtype {o.dtype} differs from the input dtype {problem.q.dtype}")
-    comparisons = [compare(o, fb.tensors["o"], subject=name)]
+    comparisons = [compare(o, forward["o"], subject=name)]
     if problem.output_final_state:
         if final_state is None:
             findings.append("output_final_state=True but the kernel returned no final state")
@@ -323,7 +329,7 @@ def check_against_oracle(
             )
             names = ("final_state", "final_key_sum")
             comparisons += [
-                compare(x, fb.tensors[n], subject=name) for n, x in zip(names, parts, strict=False)
+                compare(x, forward[n], subject=name) for n, x in zip(names, parts, strict=False)
             ]
     if grads is not None:
         if do is None:
@@ -378,6 +384,8 @@ def assert_linattn_close(
     d_final_state: object = None,
     name: str = "kernel",
     zero_denominator: ZeroDenominator = "zero",
+    causal_exact: bool = True,
+    final_state_dtype: FinalStateDtype = "float32",
 ) -> PropertyResult:
     """Assert a kernel's outputs (and gradients) lie within the error bounds of the oracle.
 
@@ -394,6 +402,11 @@ def assert_linattn_close(
         name: The kernel's name for messages. Default: `"kernel"`.
         zero_denominator: What the kernel returns where the exact denominator is 0 (``"zero"``,
             ``"ieee"`` or ``"any"``; docs/design.md §3). Default: `"zero"`.
+        causal_exact: The kernel promises bit-exact causality; `False` charges each output the
+            rounding of its whole block (a decay reference point anywhere in it:
+            docs/error-model.md §4.1). Default: `True`.
+        final_state_dtype: The dtype it returns its state in (``"float32"``, or ``"input"``:
+            one more rounding charged). Default: `"float32"`.
 
     Returns:
         The `PropertyResult` (every comparison and its scores) when everything is within bound.
@@ -413,6 +426,8 @@ def assert_linattn_close(
         d_final_state=d_final_state,
         name=name,
         zero_denominator=zero_denominator,
+        causal_exact=causal_exact,
+        final_state_dtype=final_state_dtype,
     )
     if not result.ok:
         raise PropertyViolation(result.report(), result=result)

@@ -45,7 +45,9 @@ double-double and mpmath (tests/delta): its own error, about 1e-16 relatively, i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -57,12 +59,20 @@ from linattn_verify.delta.reference import (
     pair_weights,
     sequence_inputs,
 )
-from linattn_verify.recipe import UNIT_ROUNDOFF
+from linattn_verify.recipe import UNIT_ROUNDOFF, gamma
 from linattn_verify.tolerance import TensorBound
 from linattn_verify.typing import dtype_name
 
 SMALLEST_SUBNORMAL = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 """Spacing of the subnormals of each output dtype: rounding o there errs by half of it."""
+
+
+def _half_subnormal(u: float) -> float:
+    """Half the smallest subnormal of the format whose unit roundoff is ``u``.
+
+    fp32 and wider formats get fp32's (the arithmetic's range); bf16 shares fp32's range.
+    """
+    return {2.0**-11: 2.0**-25, 2.0**-8: 2.0**-134}.get(u, 2.0**-150)
 
 
 @dataclass(frozen=True)
@@ -79,28 +89,34 @@ class Units:
     casts: float  # casts_on_path further roundings, in total
     floor: float  # absolute rounding error of a subnormal output
     under: float  # absolute error of one arithmetic operation in the subnormal range
+    initial: float  # S_0 rounded where it is read (a 16-bit state, or 16-bit arithmetic)
 
     @classmethod
     def of(cls, recipe: DeltaRecipe, dtype: torch.dtype) -> Units:
         """Resolve ``recipe``'s storage formats for inputs of ``dtype``."""
         name = dtype_name(dtype)
         inter = recipe.u_storage("intermediate_dtype", dtype)
+        u = recipe.u(dtype)
+        state = recipe.u_storage("state_dtype", dtype)
         return cls(
-            u=recipe.u,
-            acc=max(recipe.u, recipe.u_acc),
+            u=u,
+            acc=max(u, recipe.u_acc(dtype)),
             op=recipe.u_operand,
             inter=inter,
             inverse=recipe.u_storage("inverse_dtype", dtype),
-            state=recipe.u_storage("state_dtype", dtype),
-            out=max(UNIT_ROUNDOFF.get(name, recipe.u), recipe.u),
+            state=state,
+            out=max(UNIT_ROUNDOFF.get(name, u), u),
             casts=recipe.casts_on_path * inter,
             floor=SMALLEST_SUBNORMAL.get(name, 0.0) / 2,
-            under=2.0**-1075 if recipe.accumulation == "float64" else 2.0**-150,
+            # Half the smallest subnormal of the arithmetic's format (fp16's for fp16 arithmetic).
+            under=2.0**-1075 if recipe.accumulation == "float64" else _half_subnormal(u),
+            # An fp32 S_0 read into 16-bit arithmetic or a 16-bit state rounds once.
+            initial=max(state, u if u > 2.0**-24 else 0.0),
         )
 
     def gamma(self, n: int) -> float:
-        """γ_n = n u / (1 - n u) with the accumulation's u."""
-        return n * self.acc / (1 - n * self.acc)
+        """γ_n = n u / (1 - n u) with the accumulation's u (inf where n u >= 1)."""
+        return gamma(n, self.acc)
 
     def l2norm(self, K: int, normalized: bool) -> float:
         """ε_k: the relative error of an L2-normalised component, 0 without the norm.
@@ -121,6 +137,81 @@ class SequenceBound:
     state: torch.Tensor  # exact S_L [H, K, V]
     state_bound: torch.Tensor  # E broadcast over K [H, K, V]
     state_magnitude: torch.Tensor
+
+
+PIVOT_NUDGE = 2.0**-10
+"""How close to a tie a pivot candidate may be and still be taken the other way by the kernel's
+fp32 factorization: `inverse_magnitude` also factors L with its off-diagonal grown by this."""
+
+InverseKind = Literal["substitution", "pivoting", "products"]
+"""How a chunk's triangular inverse is computed, as far as its error is concerned
+(`inverse_magnitude`)."""
+
+
+def inverse_kind(recipe: DeltaRecipe, *, causal_exact: bool) -> InverseKind:
+    """The inverse a kernel is charged for (`inverse_magnitude`).
+
+    Its declared method; for ``substitution``, a pivoting solver when the kernel does not promise
+    bit-exact causality (a general solver's row exchanges would break it).
+    """
+    if recipe.inverse_method == "products":
+        return "products"
+    return "substitution" if causal_exact else "pivoting"
+
+
+def inverse_magnitude(
+    L_off: torch.Tensor,
+    T: torch.Tensor,
+    *,
+    kind: InverseKind = "substitution",
+    L_abs: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """M, the magnitude the error of a computed inverse T̂ of L = I + L_off is charged on.
+
+    ``substitution``: forward substitution, a triangular solve or FLA's block merge satisfy
+    |T̂ - T| <= γ_{2c} M with M = |T| (I + |L_off|) |T|, lower triangular (Higham Thm 8.5):
+    T̂ is exactly 0 above the diagonal and the chunk's outputs are bitwise causal.
+
+    ``pivoting``: a general solver, LU with partial pivoting (``torch.linalg.inv``, ``solve``:
+    LAPACK getrf/getri, cuSOLVER), whose row exchanges mix the rows: X̂ L - I <= c u |X̂|
+    |P^T L̂| |Û| (Higham §14.3), so |T̂ - T| <= γ_{3c} |T| |P^T L̂| |Û| |T|, a full matrix. The
+    factors are evaluated in float64 on L, and on L with its off-diagonal grown by
+    `PIVOT_NUDGE` (a near-tie the kernel's fp32 factorization may break the other way); M is
+    the largest of the three, the pivoted ones doubled (γ_{3c} <= 2 γ_{2c}).
+
+    ``products``: a Neumann or doubling product T = Π_k (I + (-N)^{2^k}), N = L_off, the powers
+    by repeated squaring: every rounding of its m = ⌈log2 c⌉ squarings and m products is
+    relative to the product of the absolute values around it, whose sum over the expansion is
+    Π_k (I + |N|^{2^k}) = Σ_j |N|^j (|N| is nilpotent): |T̂ - T| <= γ_{2m(c+1)} Σ_j |N|^j,
+    charged as (m + 1) Σ_j |N|^j against γ_{2c}. That sum grows like binomial coefficients
+    where the entries of N exceed 1 (β near 2, parallel keys), far above |T|: such a kernel is
+    that much less accurate than substitution (docs/error-model.md §8.10).
+
+    Args:
+        L_off: The strictly lower part of L, ``[..., c, c]``.
+        T: The exact inverse L^-1.
+        kind: How the kernel computes it. Default: `"substitution"`.
+        L_abs: The magnitude of L_off's entries (the sums of |terms|, >= |L_off|).
+            Default: `|L_off|`.
+    """
+    c = L_off.shape[-1]
+    eye = torch.eye(c, dtype=L_off.dtype, device=L_off.device)
+    N = L_off.abs() if L_abs is None else L_abs
+    T_abs = T.abs()
+    M = T_abs @ (eye + N) @ T_abs
+    if kind == "substitution" or c < 2:
+        return M
+    if kind == "products":
+        power, series = eye.expand_as(N), eye.expand_as(N)
+        for _ in range(c - 1):
+            power = power @ N
+            series = series + power
+        rounds = math.ceil(math.log2(c)) + 1
+        return torch.maximum(M, rounds * series)
+    for grow in (1.0, 1.0 + PIVOT_NUDGE):
+        P, L_f, U_f = torch.linalg.lu(eye + grow * L_off)
+        M = torch.maximum(M, 2 * T_abs @ (P @ L_f.abs() @ U_f.abs()) @ T_abs)
+    return M
 
 
 def contraction(beta: torch.Tensor, k: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
@@ -153,15 +244,15 @@ def recurrent_sequence(
     seq: DeltaSequence, scale: float, units: Units, *, l2norm_qk: bool
 ) -> SequenceBound:
     """The recurrent recipe's bound on one float64 sequence (module docstring)."""
-    H, L, K = seq.q.shape
-    V = seq.v.shape[-1]
+    _, L, K = seq.q.shape
     gK5, gK3 = units.gamma(K + 5), units.gamma(K + 3)
     normalized = units.l2norm(K, l2norm_qk)
     decays = _decays(seq)
     eps_d = decay_error(seq, units)
     rho = contraction(seq.beta, seq.k, seq.g)
     S = seq.S0
-    E = S.new_zeros(H, V)
+    # S_0 rounded where it is read (a state kept in 16 bits, or 16-bit arithmetic): per column.
+    E = units.initial * S.norm(dim=1)
     outs: list[torch.Tensor] = []
     bounds: list[torch.Tensor] = []
     mags: list[torch.Tensor] = []
@@ -179,6 +270,8 @@ def recurrent_sequence(
             + (decayed if decays is not None else 0.0)
             + (gK5 + normalized) * beta * k.abs() * (seq.v[:, t, None, :].abs() + 2 * a)
             + (K + 6) * units.under
+            # A state kept in a narrower format is rounded to it once more per step.
+            + units.state * S.abs()
         )
         E = rho[:, t, None] * E + local.norm(dim=1)
         q = seq.q[:, t]
@@ -193,17 +286,26 @@ def recurrent_sequence(
 
 
 def chunk_sequence(
-    seq: DeltaSequence, scale: float, units: Units, C: int, *, l2norm_qk: bool
+    seq: DeltaSequence,
+    scale: float,
+    units: Units,
+    C: int,
+    *,
+    l2norm_qk: bool,
+    inverse: InverseKind = "substitution",
 ) -> SequenceBound:
-    """The chunk (WY / UT) recipe's bound on one float64 sequence (module docstring)."""
+    """The chunk (WY / UT) recipe's bound on one float64 sequence (module docstring).
+
+    ``inverse`` says how the kernel inverts (`inverse_magnitude`): a pivoting solver charges
+    every corrected value, and so every output of the chunk, the whole chunk.
+    """
     H, L, K = seq.q.shape
-    V = seq.v.shape[-1]
     u = units.u
     eps_k = units.l2norm(K, l2norm_qk)
     eps_q = eps_k
     rho_all = contraction(seq.beta, seq.k, seq.g)
     S = seq.S0
-    E = S.new_zeros(H, V)
+    E = units.initial * S.norm(dim=1)
     outs: list[torch.Tensor] = []
     bounds: list[torch.Tensor] = []
     mags: list[torch.Tensor] = []
@@ -227,8 +329,9 @@ def chunk_sequence(
         kk = k[:, :, None, :] * k[:, None, :, :]
         eye = torch.eye(c, dtype=q.dtype)
         L_abs = beta[..., None] * (kk.abs() * w_strict).sum(-1)
-        T = forward_substitution_inverse(eye + beta[..., None] * (kk * w_strict).sum(-1))
-        M = T.abs() @ (eye + L_abs) @ T.abs()
+        L_off = beta[..., None] * (kk * w_strict).sum(-1)
+        T = forward_substitution_inverse(eye + L_off)
+        M = inverse_magnitude(L_off, T, kind=inverse, L_abs=L_abs)
         eG, eGc = torch.exp(G), torch.exp(G[:, -1, :])
         W = T @ (beta[..., None] * k * eG)
         U = T @ (beta[..., None] * v)
@@ -307,7 +410,9 @@ def _finish(
     )
 
 
-def sequence_bounds(problem: DeltaProblem, recipe: DeltaRecipe) -> list[SequenceBound]:
+def sequence_bounds(
+    problem: DeltaProblem, recipe: DeltaRecipe, *, causal_exact: bool = True
+) -> list[SequenceBound]:
     """Every sequence's exact outputs and bounds, in `DeltaProblem.sequences` order."""
     units = Units.of(recipe, problem.q.dtype)
     p = problem.to(torch.float64)
@@ -319,17 +424,28 @@ def sequence_bounds(problem: DeltaProblem, recipe: DeltaRecipe) -> list[Sequence
                 out.append(recurrent_sequence(seq, p.scale, units, l2norm_qk=p.l2norm_qk))
             else:
                 out.append(
-                    chunk_sequence(seq, p.scale, units, recipe.chunk_size, l2norm_qk=p.l2norm_qk)
+                    chunk_sequence(
+                        seq,
+                        p.scale,
+                        units,
+                        recipe.chunk_size,
+                        l2norm_qk=p.l2norm_qk,
+                        inverse=inverse_kind(recipe, causal_exact=causal_exact),
+                    )
                 )
     return out
 
 
-def forward_bounds(problem: DeltaProblem, recipe: DeltaRecipe) -> dict[str, TensorBound]:
+def forward_bounds(
+    problem: DeltaProblem, recipe: DeltaRecipe, *, causal_exact: bool = True
+) -> dict[str, TensorBound]:
     """Return the bounds of ``o`` and (when asked for) ``final_state``.
 
     Args:
         problem: The problem as the kernel receives it.
         recipe: The kernel's precision recipe for the problem's dtype.
+        causal_exact: The kernel promises bit-exact causality; otherwise the chunk recipe's
+            inverse may come from a pivoting solver (`inverse_kind`). Default: `True`.
 
     Returns:
         `TensorBound` by tensor name: the oracle's value, the bound B, the magnitude M (the
@@ -337,7 +453,7 @@ def forward_bounds(problem: DeltaProblem, recipe: DeltaRecipe) -> dict[str, Tens
     """
     B, T, H, K, V = problem.shape
     units = Units.of(recipe, problem.q.dtype)
-    per_seq = sequence_bounds(problem, recipe)
+    per_seq = sequence_bounds(problem, recipe, causal_exact=causal_exact)
 
     def tokens(field: str) -> torch.Tensor:
         parts = [getattr(s, field).transpose(0, 1) for s in per_seq]  # [L, H, V]
@@ -379,11 +495,15 @@ def _tensor_bound(
 
 
 __all__ = [
+    "PIVOT_NUDGE",
+    "InverseKind",
     "SequenceBound",
     "Units",
     "chunk_sequence",
     "contraction",
     "forward_bounds",
+    "inverse_kind",
+    "inverse_magnitude",
     "recurrent_sequence",
     "sequence_bounds",
 ]

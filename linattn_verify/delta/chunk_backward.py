@@ -19,6 +19,7 @@ import torch
 from torch.func import jvp as _torch_jvp
 
 from linattn_verify import interpreter
+from linattn_verify.delta.bounds import InverseKind, inverse_magnitude
 from linattn_verify.delta.reference import (
     DeltaSequence,
     forward_substitution_inverse,
@@ -205,9 +206,20 @@ def chunk_backward(
 
 
 def chunk_inputs(
-    seq: DeltaSequence, start: int, end: int, S: torch.Tensor, Lam: torch.Tensor, dO: torch.Tensor
+    seq: DeltaSequence,
+    start: int,
+    end: int,
+    S: torch.Tensor,
+    Lam: torch.Tensor,
+    dO: torch.Tensor,
+    *,
+    inverse: InverseKind = "substitution",
 ) -> tuple[ChunkInputs, torch.Tensor]:
-    """Tokens ``start:end`` of ``seq`` as exact primitives, with M = |T| (I + |L - I|) |T|."""
+    """Tokens ``start:end`` of ``seq`` as exact primitives, with M (`inverse_magnitude`).
+
+    M = |T| (I + |L - I|) |T| for ``substitution``; the larger matrices of a pivoting solver
+    or a product form otherwise.
+    """
     H, _, K = seq.q.shape
     q, k, v = seq.q[:, start:end], seq.k[:, start:end], seq.v[:, start:end]
     beta = seq.beta[:, start:end]
@@ -224,7 +236,7 @@ def chunk_inputs(
     Akk = torch.einsum("him,hjm,hijm->hij", k, k, wkk)
     L_off = beta[..., None] * Akk
     T = forward_substitution_inverse(eye + L_off)
-    M = T.abs() @ (eye + L_off.abs()) @ T.abs()
+    M = inverse_magnitude(L_off, T, kind=inverse)
     inputs = ChunkInputs(
         q=q,
         k=k,

@@ -113,7 +113,13 @@ from typing import Any
 
 import torch
 
-from linattn_verify.delta.bounds import SMALLEST_SUBNORMAL, Units, contraction
+from linattn_verify.delta.bounds import (
+    SMALLEST_SUBNORMAL,
+    InverseKind,
+    Units,
+    contraction,
+    inverse_kind,
+)
 from linattn_verify.delta.chunk_backward import (
     PRIMITIVES,
     ChunkInputs,
@@ -128,9 +134,6 @@ from linattn_verify.delta.reference import (
 )
 from linattn_verify.tolerance import TensorBound
 from linattn_verify.typing import dtype_name
-
-SUBNORMAL_FP32 = 2.0**-149
-"""Absolute error of a weight e^x that underflows in fp32 (below the subnormals: rounded to 0)."""
 
 
 def storage_floors(recipe: DeltaRecipe, dtype: torch.dtype) -> tuple[float, float, float]:
@@ -178,8 +181,13 @@ def _sequence(
     C: int,
     l2norm_qk: bool,
     floors: tuple[float, float, float],
+    inverse: InverseKind = "substitution",
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Bounds and magnitudes of one sequence's gradients (heads first), by input name."""
+    """Bounds and magnitudes of one sequence's gradients (heads first), by input name.
+
+    ``inverse`` says how the kernel inverts (`linattn_verify.delta.bounds.inverse_magnitude`);
+    a pivoting solver's stored T̂ has an upper triangle too.
+    """
     from linattn_verify.delta.gradient_bounds import _l2norm_chain
 
     H, L, K = seq.q.shape
@@ -202,7 +210,7 @@ def _sequence(
         """ΔX of the primitives and stored nodes (docstring); S, Λ⁺ only their reads."""
         c = x.q.shape[1]
         gated = seq.g is not None
-        floor = SUBNORMAL_FP32 / 2 if gated else 0.0
+        floor = units.under if gated else 0.0
         # The chunk-local cumsum errs by γ_{c+1} |G_i| (every g <= 0, so |G_i| = Σ|g|); a weight
         # e^{a - b} by both cumsums' errors and the exp's (4 + 2.4|a - b|) u. Weights of a
         # token with itself (the diagonal of wqk, e^{G_c - G_c}) are e^0 = 1 exactly.
@@ -225,12 +233,17 @@ def _sequence(
             "him,hjm,hijm->hij", x.k.abs(), x.k.abs(), x.wkk.abs() * eta
         )
         dT = (units.gamma(2 * c) + 4 * units.op) * M + x.T.abs() @ dL @ x.T.abs()
-        dT = dT + (units.inverse * x.T.abs() + phi_T) * torch.ones_like(x.T).tril()
+        stored = torch.ones_like(x.T) if inverse == "pivoting" else torch.ones_like(x.T).tril()
+        dT = dT + (units.inverse * x.T.abs() + phi_T) * stored
         # Every store errs by u |node| + φ (φ: an underflowing 16-bit store), at its node.
         uI, uS = units.inter, units.state
+        # Gradual underflow at every node: each of the at most K + V + c + 4 operations forming
+        # it errs by 2^-150 absolutely where its result is subnormal, and that error travels
+        # with the node through every later product (a subnormal e^{G_i} times s q S dO).
+        under = (K + V + c + 4) * units.under
 
         def store(name: str, n_floor: float = 1.0) -> torch.Tensor:
-            return uI * nodes[name].abs() + n_floor * phi_I
+            return uI * nodes[name].abs() + n_floor * phi_I + under
 
         Mt = M.transpose(-1, -2)
         # The decayed Vn FLA stores before K^T reads it: Σ_j |k_jm| (u |e^{G_c - G_j} Vn_jv| + φ).
@@ -242,28 +255,28 @@ def _sequence(
         # dW = -dVn S^T stored reaches d(βK_in) = T^T dW through T^T: M^T (u |dW| + φ).
         dW = Mt @ (uI * nodes["node_dW"].abs() + phi_I)
         return (
-            eps_k * x.q.abs(),
-            eps_k * x.k.abs(),
+            eps_k * x.q.abs() + under,
+            eps_k * x.k.abs() + under,
             w_dir(x.wqk, rel_pair),
             w_dir(x.wkk, rel_pair),
             w_dir(x.eG, rel_G),
             w_dir(x.eGc, rel_G[:, -1]),
             w_dir(x.ekout, rel_out),
-            dT,
-            uS * x.S.abs() + phi_S,
-            uS * x.Lam.abs() + phi_S,
+            dT + under,
+            uS * x.S.abs() + phi_S + under,
+            uS * x.Lam.abs() + phi_S + under,
             store("node_q_in"),
             store("node_k_in"),
             store("node_Kt"),
             store("node_Aqk"),
-            uI * x.v.abs() + phi_I,  # beta v cast (relative to v: beta is exact)
+            uI * x.v.abs() + phi_I + under,  # beta v cast (relative to v: beta is exact)
             store("node_W"),
             store("node_Vn") + store("node_U"),
-            sn.expand(H, K, V),
+            sn.expand(H, K, V) + under,
             store("node_local") + store("node_dVn"),
             store("node_Y"),
             store("node_dL") + units.inverse * dT_adj + max(phi_I, phi_T),
-            dW,
+            dW + under,
         )
 
     def abs_primals(x: ChunkInputs, M: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -278,7 +291,7 @@ def _sequence(
     states, errors = [], []
     for start in starts:
         end = min(start + C, L)
-        x, M = chunk_inputs(seq, start, end, S, zero_lam, do[:, start:end])
+        x, M = chunk_inputs(seq, start, end, S, zero_lam, do[:, start:end], inverse=inverse)
         kappa = coefficients(end - start)
         states.append(S)
         errors.append(E)
@@ -297,7 +310,7 @@ def _sequence(
     }
     for start, S, E in reversed(list(zip(starts, states, errors, strict=True))):
         end = min(start + C, L)
-        x, M = chunk_inputs(seq, start, end, S, Lam, do[:, start:end])
+        x, M = chunk_inputs(seq, start, end, S, Lam, do[:, start:end], inverse=inverse)
         kappa = coefficients(end - start)
         exact = evaluate(x, scale, magnitude=False)(*x.primitives())
         f_abs = evaluate(x, scale, magnitude=True)
@@ -337,6 +350,7 @@ def chunk_backward_bounds(
     *,
     do: torch.Tensor,
     d_final_state: torch.Tensor | None,
+    causal_exact: bool = True,
 ) -> dict[str, TensorBound]:
     """Return a `TensorBound` per gradient of the chunk recipe (module docstring).
 
@@ -345,6 +359,8 @@ def chunk_backward_bounds(
         recipe: The kernel's chunk recipe for the problem's dtype.
         do: The cotangent of o ``[B, T, H, V]``.
         d_final_state: The cotangent of S_T ``[N, H, K, V]``, or `None`.
+        causal_exact: The kernel promises bit-exact causality (no pivoting solver for the
+            chunk's inverse: `linattn_verify.delta.bounds.inverse_magnitude`). Default: `True`.
 
     Returns:
         ``dq``, ``dk``, ``dv``, ``dbeta``, ``dg`` and ``dinitial_state`` where the input exists:
@@ -369,7 +385,17 @@ def chunk_backward_bounds(
         seq: DeltaSequence, q: torch.Tensor, k: torch.Tensor, do: torch.Tensor, dS: torch.Tensor
     ) -> dict[str, Any]:
         parts = _sequence(
-            seq, q, k, do, dS, problem.scale, units, recipe.chunk_size, problem.l2norm_qk, floors
+            seq,
+            q,
+            k,
+            do,
+            dS,
+            problem.scale,
+            units,
+            recipe.chunk_size,
+            problem.l2norm_qk,
+            floors,
+            inverse_kind(recipe, causal_exact=causal_exact),
         )
         return {name: (bound + underflow, mag) for name, (bound, mag) in parts.items()}
 

@@ -45,7 +45,10 @@ to 256 (the fused recurrent ones go further; 256 is declared). Read off the 0.6.
 * Backward. ``fused_recurrent_gated_delta_rule``'s backward raises NotImplementedError
   (``gated_delta_rule/fused_recurrent.py:302``); ``fused_recurrent_kda`` is no autograd Function
   (``kda/fused_recurrent.py:337-490``): its o has no grad_fn. Both declare ``backward=False``.
-* No atomics on any path: ``deterministic=True``.
+* No atomics on any path: ``deterministic=True``. Causality is bit-exact (masked weights are
+  exact zeros, ``solve_tril``'s block merge keeps the inverse lower triangular) except in
+  ``chunk_kda``, whose gates are referenced to the chunk: past outputs move by rounding when later
+  gates of the chunk change (FLA issue #1240), so it does not declare ``causal_exact``.
 
 Backend dispatch (``backends.py``). Functions decorated ``@dispatch`` (``chunk_gated_delta_rule``
 ``gated_delta_rule/chunk.py:396``, ``chunk_kda`` ``kda/chunk.py:215``, ``fused_recurrent_kda_fwd``,
@@ -125,6 +128,9 @@ DISPATCH_SWITCH = "FLA_DISABLE_BACKEND_DISPATCH"
 DeltaFn = Callable[..., tuple[torch.Tensor, Any]]
 
 _LOW_CASTS = {"delta_rule": 2, "gated_delta_rule": 2, "kda": 3}
+
+_PROMISES: dict[str, Any] = {"deterministic": True, "causal_exact": True}
+"""The exactness FLA's delta-rule kernels keep (the module docstring), but for ``chunk_kda``."""
 """Roundings to the input dtype a term of o meets beyond those the recipe names (16-bit)."""
 
 
@@ -399,7 +405,9 @@ def fla_delta_kernels() -> list[DeltaKernel]:
         DeltaKernel(
             name="fla/delta_rule.chunk",
             fn=_delta_rule(dr.chunk_delta_rule, name="chunk_delta_rule", chunk_sizes=sizes),
-            capabilities=DeltaCapabilities(dtypes=("float16", "bfloat16"), chunk_sizes=sizes),
+            capabilities=DeltaCapabilities(
+                dtypes=("float16", "bfloat16"), chunk_sizes=sizes, **_PROMISES
+            ),
             recipe=chunk_recipe("delta_rule", fla["tril_tf32"]),
         ),
         DeltaKernel(
@@ -409,7 +417,7 @@ def fla_delta_kernels() -> list[DeltaKernel]:
                 name="fused_recurrent_delta_rule",
                 positive_scale=True,
             ),
-            capabilities=DeltaCapabilities(),
+            capabilities=DeltaCapabilities(**_PROMISES),
             recipe=_recurrent_recipe(l2norm_stored=True),
         ),
         DeltaKernel(
@@ -421,7 +429,7 @@ def fla_delta_kernels() -> list[DeltaKernel]:
                 gate_keywords={"scalar": "g"},
                 chunk_sizes=sizes,
             ),
-            capabilities=DeltaCapabilities(gates=("scalar",), chunk_sizes=sizes),
+            capabilities=DeltaCapabilities(gates=("scalar",), chunk_sizes=sizes, **_PROMISES),
             recipe=chunk_recipe("gated_delta_rule", fla["tf32"]),
         ),
         DeltaKernel(
@@ -432,7 +440,9 @@ def fla_delta_kernels() -> list[DeltaKernel]:
                 gates=("none", "scalar", "vector"),
                 gate_keywords={"scalar": "g", "vector": "gk"},
             ),
-            capabilities=DeltaCapabilities(gates=("none", "scalar", "vector"), backward=False),
+            capabilities=DeltaCapabilities(
+                gates=("none", "scalar", "vector"), backward=False, **_PROMISES
+            ),
             recipe=_recurrent_recipe(l2norm_stored=False),
         ),
         DeltaKernel(
@@ -445,7 +455,11 @@ def fla_delta_kernels() -> list[DeltaKernel]:
                 chunk_sizes=(32, 64),
                 fp32_state=True,
             ),
-            capabilities=DeltaCapabilities(gates=("vector",), chunk_sizes=(32, 64)),
+            # Causal only within rounding (FLA issue #1240): its gates are referenced to the
+            # chunk, so past outputs move when later gates of the chunk change.
+            capabilities=DeltaCapabilities(
+                gates=("vector",), chunk_sizes=(32, 64), deterministic=True
+            ),
             recipe=chunk_recipe("kda", fla["tf32"]),
         ),
         DeltaKernel(
@@ -456,7 +470,7 @@ def fla_delta_kernels() -> list[DeltaKernel]:
                 gates=("vector",),
                 gate_keywords={"vector": "g"},
             ),
-            capabilities=DeltaCapabilities(gates=("vector",), backward=False),
+            capabilities=DeltaCapabilities(gates=("vector",), backward=False, **_PROMISES),
             recipe=_recurrent_recipe(l2norm_stored=False),
         ),
     ]

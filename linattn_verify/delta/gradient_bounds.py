@@ -290,16 +290,20 @@ def backward_bounds(
     *,
     do: torch.Tensor,
     d_final_state: torch.Tensor | None,
+    causal_exact: bool = True,
 ) -> dict[str, TensorBound]:
     """Return a `TensorBound` per gradient (``dq``, ``dk``, ``dv``, ``dbeta``, ``dg``, ...).
 
     The recurrent recipe's bound is this module's; the chunk (WY) recipe's, through the
-    triangular inverse, is `linattn_verify.delta.chunk_gradient_bounds.chunk_backward_bounds`.
+    triangular inverse, is `linattn_verify.delta.chunk_gradient_bounds.chunk_backward_bounds`
+    (``causal_exact=False``: for a kernel that may invert with a pivoting solver).
     """
     if recipe.form == "chunk":
         from linattn_verify.delta.chunk_gradient_bounds import chunk_backward_bounds
 
-        return chunk_backward_bounds(problem, recipe, do=do, d_final_state=d_final_state)
+        return chunk_backward_bounds(
+            problem, recipe, do=do, d_final_state=d_final_state, causal_exact=causal_exact
+        )
     units = Units.of(recipe, problem.q.dtype)
     _, _, _, K, V = problem.shape
 
@@ -377,7 +381,8 @@ def assemble_gradient_bounds(
             magnitude=magnitude.reshape(reference.shape),
             count=torch.full_like(reference, float(count)),
             unit=units.acc,
-            verifiable=torch.ones_like(reference, dtype=torch.bool),
+            # An infinite (or NaN) bound certifies nothing: γ_n with n u >= 1 (`recipe.gamma`).
+            verifiable=torch.isfinite(bound),
         )
     return named
 

@@ -23,8 +23,16 @@ import torch
 
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.errors import InvalidArgument
+from linattn_verify.kernel import FIXED_SCALES, fixed_scales
 from linattn_verify.recipe import UNIT_ROUNDOFF
-from linattn_verify.typing import DTYPE_NAMES, KERNEL_DTYPES, dtype_name
+from linattn_verify.signature import keywords_for
+from linattn_verify.typing import (
+    DTYPE_NAMES,
+    FINAL_STATE_DTYPES,
+    KERNEL_DTYPES,
+    FinalStateDtype,
+    dtype_name,
+)
 
 DeltaGate = Literal["none", "scalar", "vector"]
 DELTA_GATES: tuple[DeltaGate, ...] = get_args(DeltaGate)
@@ -65,7 +73,18 @@ class DeltaCapabilities:
         dtypes: Input dtypes it takes. Default: fp32, fp16, bf16.
         max_head_dim: Largest K and V. Default: `256`.
         min_head_dim: Smallest K and V. Default: `1`.
-        deterministic: Promises bit-identical reruns. Default: `True`.
+        deterministic: Promises bit-identical reruns (judged bit for bit; otherwise within
+            B + B). Default: `False`.
+        causal_exact: Promises bit-exact causality (past outputs bitwise unchanged when only
+            later inputs change); otherwise past outputs may move within the pairwise bound,
+            and the chunk form's bound charges each output the rounding of its whole chunk
+            (docs/error-model.md §8.10). Default: `False`.
+        scales: The only scales it takes (``"default"``: K^-1/2, ``"one"``: 1), or `()` for any.
+            Default: `()`.
+        takes_scale: Receives ``scale=``; otherwise it applies its one entry of ``scales``
+            itself. Default: `True`.
+        final_state_dtype: The dtype of the final state it returns, ``"float32"`` (or wider) or
+            ``"input"``; the bound charges that rounding. Default: `"float32"`.
         chunk_sizes: Chunk sizes it accepts through ``chunk_size=``. Default: `()`.
     """
 
@@ -80,7 +99,11 @@ class DeltaCapabilities:
     dtypes: tuple[str, ...] = KERNEL_DTYPES
     max_head_dim: int = 256
     min_head_dim: int = 1
-    deterministic: bool = True
+    deterministic: bool = False
+    causal_exact: bool = False
+    scales: tuple[str, ...] = ()
+    takes_scale: bool = True
+    final_state_dtype: FinalStateDtype = "float32"
     chunk_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -96,6 +119,18 @@ class DeltaCapabilities:
             raise InvalidArgument(
                 f"Expected 1 <= min_head_dim <= max_head_dim but got {self.min_head_dim}, "
                 f"{self.max_head_dim}."
+            )
+        if any(s not in FIXED_SCALES for s in self.scales) or (
+            not self.takes_scale and len(self.scales) != 1
+        ):
+            raise InvalidArgument(
+                f"Got scales={self.scales!r}, takes_scale={self.takes_scale}: scales are of "
+                f"{tuple(FIXED_SCALES)}, and a kernel that takes no scale names the one it applies."
+            )
+        if self.final_state_dtype not in FINAL_STATE_DTYPES:
+            raise InvalidArgument(
+                f"Got final_state_dtype={self.final_state_dtype!r}; it must be one of "
+                f"{FINAL_STATE_DTYPES}."
             )
 
     @property
@@ -115,18 +150,25 @@ class DeltaRecipe:
     Attributes:
         form: ``"recurrent"`` (token by token) or ``"chunk"`` (the WY / UT chunk form).
         chunk_size: C of the chunk form. Default: `64`.
-        accumulation: ``"ieee"`` (fp32 adds), ``"mma"`` (tensor-core accumulation, 2^-23) or
-            ``"float64"`` (a float64 computation). Default: `"ieee"`.
+        accumulation: ``"ieee"`` (fp32 adds), ``"mma"`` (tensor-core accumulation, 2^-23),
+            ``"float64"`` (a float64 computation) or ``"input"`` (every product and sum in the
+            input dtype: a kernel that never upcasts). Default: `"ieee"`.
         tf32: fp32 dot operands are rounded to tf32 (compiled on CUDA with Triton's default);
             IEEE under the interpreter. Default: `False`.
         inverse_dtype: What the per-chunk triangular inverse T = L^-1 is stored in.
             Default: `None`.
         intermediate_dtype: What W, U, the corrected values Vn and the in-kernel L2-normalised
             q, k are stored in. Default: `None`.
-        state_dtype: What the chunk-boundary state is rounded to before the chunk's dots read it
-            (W S and Q S). The final state returned is fp32 either way. Default: `None`.
+        state_dtype: What the state is kept in: the chunk form rounds the chunk-boundary state
+            to it before the chunk's dots read it (W S and Q S); the recurrent form rounds S_0
+            when it reads it and every S_t when it stores it. Default: `None`.
         casts_on_path: Further roundings to ``intermediate_dtype`` a term meets beyond those
             named above (for example beta·k cast before a dot). Default: `0`.
+        inverse_method: (chunk form) How the triangular inverse is computed: ``"substitution"``
+            (forward substitution, a triangular solve, a block merge) or ``"products"`` (a
+            Neumann or doubling product of (I + N^{2^k}) factors: less accurate where L's
+            entries exceed 1; docs/error-model.md §8.10). A general pivoting solver is charged
+            for any kernel that does not declare bit-exact causality. Default: `"substitution"`.
         stored_corrections: (recurrent form) The backward does not run the adjoint recurrence
             on recomputed states alone: it recomputes S_t = S_0 + Σ_j k_j u_j^T from the
             corrections u_j = β_j e_j the forward stored in ``intermediate_dtype``, and stores
@@ -136,12 +178,13 @@ class DeltaRecipe:
 
     form: DeltaForm
     chunk_size: int = 64
-    accumulation: Literal["ieee", "mma", "float64"] = "ieee"
+    accumulation: Literal["ieee", "mma", "float64", "input"] = "ieee"
     tf32: bool = False
     inverse_dtype: str | None = None
     intermediate_dtype: str | None = None
     state_dtype: str | None = None
     casts_on_path: int = 0
+    inverse_method: Literal["substitution", "products"] = "substitution"
     stored_corrections: bool = False
 
     def __post_init__(self) -> None:
@@ -149,9 +192,15 @@ class DeltaRecipe:
             raise InvalidArgument(
                 f"Got form={self.form!r}; it must be one of {get_args(DeltaForm)}."
             )
-        if self.accumulation not in ("ieee", "mma", "float64"):
+        if self.inverse_method not in ("substitution", "products"):
             raise InvalidArgument(
-                f"Got accumulation={self.accumulation!r}; it must be 'ieee', 'mma' or 'float64'."
+                f"Got inverse_method={self.inverse_method!r}; it must be 'substitution' or "
+                "'products'."
+            )
+        if self.accumulation not in ("ieee", "mma", "float64", "input"):
+            raise InvalidArgument(
+                f"Got accumulation={self.accumulation!r}; it must be 'ieee', 'mma', 'float64' or "
+                "'input'."
             )
         for name in ("inverse_dtype", "intermediate_dtype", "state_dtype"):
             value = getattr(self, name)
@@ -179,15 +228,20 @@ class DeltaRecipe:
                 "dtype the intermediates are rounded to."
             )
 
-    @property
-    def u(self) -> float:
-        """Unit roundoff of the arithmetic (fp32, or float64 for a float64 recipe)."""
-        return 2.0**-53 if self.accumulation == "float64" else 2.0**-24
+    def u(self, input_dtype: torch.dtype) -> float:
+        """Unit roundoff of the arithmetic: fp32's, float64's, or the input dtype's.
 
-    @property
-    def u_acc(self) -> float:
-        """Unit roundoff of dot accumulation."""
-        return {"ieee": 2.0**-24, "mma": 2.0**-23, "float64": 2.0**-53}[self.accumulation]
+        The input dtype's (at least fp32's) for ``accumulation="input"``.
+        """
+        if self.accumulation == "float64":
+            return 2.0**-53
+        if self.accumulation == "input":
+            return max(UNIT_ROUNDOFF[dtype_name(input_dtype)], 2.0**-24)
+        return 2.0**-24
+
+    def u_acc(self, input_dtype: torch.dtype) -> float:
+        """Unit roundoff of dot accumulation (tensor cores: 2^-23)."""
+        return 2.0**-23 if self.accumulation == "mma" else self.u(input_dtype)
 
     @property
     def u_operand(self) -> float:
@@ -205,7 +259,7 @@ class DeltaRecipe:
             return 0.0
         resolved = dtype_name(input_dtype) if value == "input" else value
         unit = UNIT_ROUNDOFF[resolved]
-        return 0.0 if unit <= self.u else unit
+        return 0.0 if unit <= self.u(input_dtype) else unit
 
 
 Recipe = DeltaRecipe | Callable[[torch.dtype], DeltaRecipe]
@@ -275,6 +329,10 @@ class DeltaKernel:
                 cap.min_head_dim <= min(K, V) and max(K, V) <= cap.max_head_dim,
                 f"head dims K={K}, V={V} outside [{cap.min_head_dim}, {cap.max_head_dim}]",
             ),
+            (
+                not cap.scales or problem.scale in fixed_scales(cap.scales, K),
+                f"scale={problem.scale!r} is not one of {cap.scales}",
+            ),
         ]
         for ok, reason in checks:
             if not ok:
@@ -300,7 +358,11 @@ class DeltaKernel:
         return None
 
     def call(self, problem: DeltaProblem) -> tuple[Any, Any]:
-        """Call the kernel on ``problem``'s tensors as they are (no copies, no casts)."""
+        """Call the kernel on ``problem``'s tensors as they are (no copies, no casts).
+
+        Only the keywords its signature names are passed, and through a ``**kwargs`` catch-all
+        only those of features it declares; ``scale`` only if it ``takes_scale``.
+        """
         cap = self.capabilities
         p = problem
         kwargs: dict[str, Any] = {
@@ -312,6 +374,18 @@ class DeltaKernel:
         }
         if cap.varlen or p.cu_seqlens is not None:
             kwargs["cu_seqlens"] = None if p.cu_seqlens is None else p.cu_seqlens.to(p.q.device)
+        declared = {
+            "scale": cap.takes_scale,
+            "initial_state": cap.initial_state,
+            "output_final_state": cap.final_state,
+            "use_qk_l2norm_in_kernel": True in cap.l2norm_qk,
+            "cu_seqlens": cap.varlen,
+        }
+        if not cap.takes_scale:
+            del kwargs["scale"]
+        # Only the keywords its signature names reach it (`linattn_verify.signature`).
+        features = {n for n, on in declared.items() if on} | set(self.options)
+        kwargs = keywords_for(self.fn, kwargs, features)
         if cap.takes_g:
             return self.fn(p.q, p.k, p.v, p.g, p.beta, **kwargs)  # type: ignore[no-any-return]
         return self.fn(p.q, p.k, p.v, p.beta, **kwargs)  # type: ignore[no-any-return]

@@ -23,6 +23,7 @@ per-dimension weight inside the K-sum.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -133,6 +134,60 @@ def recurrent_sequence(seq: DeltaSequence, scale: float) -> SequenceResult:
     if not outputs:
         return seq.v.new_zeros(0, H, seq.v.shape[-1]), S
     return torch.stack(outputs, dim=0), S
+
+
+def intermediate_range(problem: DeltaProblem, window: int) -> tuple[float, float]:
+    """The smallest nonzero and the largest magnitude any intermediate of the problem can take.
+
+    Over every sequence and head, in float64: the inputs as the kernel uses them (q, k after any
+    L2 norm, v, beta, S_0, the per-token decays e^{g_t} and every decay e^{G_i - G_j} over at
+    most ``window`` tokens), the states S'_t and S_t, the corrections beta_t (v_t - S'_t^T k_t)
+    and the outputs S_t^T q_t (unscaled). The products a kernel forms are of two or three of
+    these, so a product's magnitude lies between the cube of the first and the cube of the
+    second (linearity's exactness test, docs/design.md "Exact properties").
+
+    Args:
+        problem: The problem (any dtype: it is evaluated in float64).
+        window: The longest span of a decay product a kernel forms in one step (its chunk size;
+            1 for a token-recurrent kernel).
+
+    Returns:
+        ``(smallest, largest)``; ``(inf, 0)`` when every intermediate is 0.
+    """
+    p = problem.to(torch.float64)
+    smallest, largest = math.inf, 0.0
+
+    def see(x: torch.Tensor) -> None:
+        nonlocal smallest, largest
+        a = x.abs()
+        nonzero = a[a > 0]
+        if nonzero.numel():
+            smallest = min(smallest, float(nonzero.min()))
+            largest = max(largest, float(nonzero.max()))
+
+    for n, b, start, end in p.sequences():
+        seq = sequence_inputs(p, n, b, start, end)
+        for x in (seq.q, seq.k, seq.v, seq.beta, seq.S0):
+            see(x)
+        H, L, K = seq.k.shape
+        decays = None
+        if seq.g is not None:
+            g = seq.g if seq.g.ndim == 3 else seq.g[..., None].expand(H, L, K)
+            decays = torch.exp(g)
+            G = torch.cat([g.new_zeros(H, 1, K), g.cumsum(1)], 1)
+            for span in range(1, min(window, L) + 1):
+                see(torch.exp(G[:, span:] - G[:, :-span]))
+        S = seq.S0
+        for t in range(L):
+            Sp = S if decays is None else decays[:, t, :, None] * S
+            k = seq.k[:, t, :, None]
+            correction = seq.beta[:, t, None, None] * (
+                seq.v[:, t, None, :] - (k * Sp).sum(1, keepdim=True)
+            )
+            S = Sp + k * correction
+            for x in (Sp, correction, S, (seq.q[:, t, :, None] * S).sum(1)):
+                see(x)
+    return smallest, largest
 
 
 def delta_chunked(
@@ -251,6 +306,7 @@ __all__ = [
     "delta_chunked",
     "delta_recurrent",
     "forward_substitution_inverse",
+    "intermediate_range",
     "pair_weights",
     "recurrent_sequence",
     "require_delta_problem",

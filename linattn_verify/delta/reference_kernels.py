@@ -309,6 +309,10 @@ REFERENCE_CAPABILITIES = DeltaCapabilities(
     initial_state=True,
     final_state=True,
     dtypes=("float32", "float16", "bfloat16"),
+    # Plain torch on a CPU: the same operations in the same order on every run; the chunk form
+    # inverts by forward substitution (the inverse stays lower triangular).
+    deterministic=True,
+    causal_exact=True,
 )
 """What both reference kernels support: the whole function, in fp32, fp16 and bf16 (the chunk
 kernel also declares `REFERENCE_CHUNK_SIZES`)."""

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from linattn_verify.delta.kernel import DELTA_GATES, UNIT_KEY_SLACK, DeltaGate, DeltaKernel
 from linattn_verify.delta.problem import DeltaProblem, validate_delta
 from linattn_verify.errors import InvalidArgument
+from linattn_verify.strategies import declared_scales
 from linattn_verify.strategies._shapes import (
     batch_sizes,
     check_choices,
@@ -28,7 +29,6 @@ from linattn_verify.strategies._shapes import (
     check_int_range,
     head_counts,
     head_dims,
-    scales,
     seq_lens,
     seq_packings,
 )
@@ -323,6 +323,7 @@ def delta_cases(
     out_of_contract: bool = False,
     realistic_only: bool = False,
     chunk_sizes: Sequence[int] = (16, 64),
+    fixed_scales: Sequence[str] = (),
 ) -> st.SearchStrategy[DeltaCase]:
     """Generate `DeltaCase`: any shape, option and value family of the delta rule within limits.
 
@@ -331,7 +332,7 @@ def delta_cases(
     families, realistic ones first. T comes from `seq_lens` (T = 1, primes, every residue mod 16,
     64 and ``chunk_sizes``, plain draws up to ``max_seq_len``), K and V independently from
     `head_dims`, varlen packings from `seq_packings` (empty sequences included), the scale from
-    `scales`.
+    `scales` (or ``fixed_scales``).
 
     Excluded, by construction: ``raw`` keys without ``l2norm`` (they are out of contract);
     ``large`` values in float16 (outputs would overflow the format: a range failure, not a
@@ -356,6 +357,8 @@ def delta_cases(
         realistic_only: Only the families models produce (`REALISTIC`, unit magnitudes).
             Default: `False`.
         chunk_sizes: Chunk sizes whose residues T should cover. Default: `(16, 64)`.
+        fixed_scales: Draw only these scales (``"default"``: `None` or K^-1/2; ``"one"``: 1), or
+            `()` for any (`linattn_verify.strategies.scales`). Default: `()`.
 
     Raises:
         InvalidArgument: naming the argument that is malformed.
@@ -410,11 +413,15 @@ def delta_cases(
         value = draw(st.sampled_from(values), label="value_family")
         seq_len = draw(T, label="T")
         packed = varlen and draw(st.booleans(), label="varlen")
+        # Drawn in the order the fields are listed (the draws of a seed do not move).
+        B = 1 if packed else draw(batch_sizes(max_value=2), label="B")
+        H = draw(head_counts(max_value=max_heads), label="H")
+        K = draw(head_dim, label="K")
         return DeltaCase(
-            B=1 if packed else draw(batch_sizes(max_value=2), label="B"),
+            B=B,
             T=seq_len,
-            H=draw(head_counts(max_value=max_heads), label="H"),
-            K=draw(head_dim, label="K"),
+            H=H,
+            K=K,
             V=draw(head_dim, label="V"),
             dtype=dtype,
             gate=gate,
@@ -427,7 +434,7 @@ def delta_cases(
             initial_state=draw(st.sampled_from(initial_state), label="initial_state"),
             output_final_state=draw(st.sampled_from(final_state), label="output_final_state"),
             seq_lens=draw(seq_packings(seq_len), label="seq_lens") if packed else None,
-            scale=draw(scales(), label="scale"),
+            scale=draw(declared_scales(fixed_scales, K), label="scale"),
             seed=draw(st.integers(0, 2**31 - 1), label="seed"),
             out_of_contract=ooc,
         )
@@ -486,6 +493,7 @@ def delta_cases_for(
         out_of_contract=out_of_contract and cap.unit_norm_keys and False in cap.l2norm_qk,
         realistic_only=realistic_only,
         chunk_sizes=(16, 64, *sorted(chunks)),
+        fixed_scales=cap.scales,
     )
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from linattn_verify.delta.kernel import DeltaCapabilities, DeltaKernel, DeltaRecipe
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.targets import load_target, with_timeout
+from linattn_verify.signature import check_call, declared_capabilities, fit_flags, fit_keyword
+from linattn_verify.targets import load_kernel_function, with_timeout
 
 
 @dataclass(frozen=True)
@@ -21,12 +22,14 @@ class DeltaKernelSource:
         capabilities: What the user declared it supports.
         recipe: How the user declared it rounds.
         timeout: Seconds one call may take (0: no limit).
+        inferred: What was read off its signature rather than declared. Default: `()`.
     """
 
     target: str
     capabilities: DeltaCapabilities
     recipe: DeltaRecipe
     timeout: float = 60.0
+    inferred: tuple[str, ...] = ()
 
     family = "delta"
 
@@ -38,20 +41,14 @@ class DeltaKernelSource:
         return replace(self, target=f"{Path(where).resolve()}{sep}{name}")
 
     def load(self) -> DeltaKernel:
-        """Import the target (under the interpreter without CUDA) as a `DeltaKernel`.
+        """Import the target (`load_kernel_function`) as a `DeltaKernel`.
 
         Raises:
             InvalidArgument: if the target cannot be loaded.
         """
-        import torch
-
-        from linattn_verify import interpreter
-
-        if not torch.cuda.is_available():
-            interpreter.enable()
         kernel = DeltaKernel(
             name=self.target,
-            fn=load_target(self.target),
+            fn=load_kernel_function(self.target),
             capabilities=self.capabilities,
             recipe=self.recipe,
             source=self.resolved().to_json(),
@@ -66,6 +63,7 @@ class DeltaKernelSource:
             "capabilities": asdict(self.capabilities),
             "recipe": asdict(self.recipe),
             "timeout": self.timeout,
+            "inferred": list(self.inferred),
         }
 
     @classmethod
@@ -85,6 +83,7 @@ class DeltaKernelSource:
                 capabilities=DeltaCapabilities(**caps),
                 recipe=DeltaRecipe(**dict(document["recipe"])),
                 timeout=float(document.get("timeout", 60.0)),
+                inferred=tuple(str(x) for x in document.get("inferred", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InvalidArgument):
@@ -96,10 +95,11 @@ class DeltaKernelSource:
 
 
 def delta_source_from_args(args: Any, *, on_cuda: bool) -> DeltaKernelSource:
-    """The kernel ``check --family delta`` describes by its flags.
+    """The kernel ``check --family delta`` describes by its flags and its signature.
 
     Raises:
-        InvalidArgument: naming the flag that does not fit the delta family.
+        InvalidArgument: naming the flag that does not fit the delta family, or the parameter
+            the kernel's signature lacks for what was declared.
     """
     linear_only = {
         "--normalized": args.normalized,
@@ -109,6 +109,10 @@ def delta_source_from_args(args: Any, *, on_cuda: bool) -> DeltaKernelSource:
         "--feature-map": args.feature_map != "identity",
         "--zero-denominator": args.zero_denominator != "any",
         "--even-head-dims": bool(args.even_head_dims),
+        "--layout-exact": args.layout_exact,
+        "--division": args.division != "full",
+        "--division-dtype": args.division_dtype != "float32",
+        "--naive-elu1": args.naive_elu1,
     }
     if given := [flag for flag, used in linear_only.items() if used]:
         raise InvalidArgument(
@@ -130,28 +134,51 @@ def delta_source_from_args(args: Any, *, on_cuda: bool) -> DeltaKernelSource:
     recipe = DeltaRecipe(
         form=args.form,
         chunk_size=args.chunk_size,
-        accumulation="mma" if on_cuda and dot != "ieee" else "ieee",
+        accumulation=args.accumulation or ("mma" if on_cuda and dot != "ieee" else "ieee"),
         tf32=dot == "tf32",
         inverse_dtype=storage(args.inverse_dtype),
         intermediate_dtype=storage(args.intermediate_dtype),
         state_dtype=storage(args.state_dtype),
         casts_on_path=0 if args.intermediate_dtype == "none" else args.casts,
+        inverse_method=args.inverse_method,
     )
+    fn = load_kernel_function(args.target)
+    sig, fitted = fit_flags(fn, args)
+    l2norm = fit_keyword(
+        sig,
+        "use_qk_l2norm_in_kernel",
+        declared=args.l2norm != "off",
+        explicit=args.l2norm in ("both", "on"),
+        flag=f"--l2norm {args.l2norm}",
+        without="it does not normalise q and k (--l2norm off)",
+    )
+    l2norm_values = {"both": (False, True), "on": (True,), "off": (False,)}[
+        args.l2norm or ("both" if l2norm.supported else "off")
+    ]
     capabilities = DeltaCapabilities(
         gates=tuple(args.gates),
-        l2norm_qk={"both": (False, True), "on": (True,), "off": (False,)}[args.l2norm],
+        l2norm_qk=l2norm_values,
         negative_eigenvalues=args.beta_max > 1,
         unit_norm_keys=not args.any_key_norm,
         backward=not args.no_backward,
-        varlen=args.varlen,
-        initial_state=not args.no_initial_state,
-        final_state=not args.no_final_state,
-        dtypes=tuple(args.dtypes),
-        max_head_dim=args.max_head_dim,
-        deterministic=not args.nondeterministic,
+        **declared_capabilities(args, fitted),
     )
+    gated = capabilities.takes_g
+    positional = ["q", "k", "v", "g", "beta"] if gated else ["q", "k", "v", "beta"]
+    keywords = [name for name, fit in fitted.items() if fit.supported]
+    keywords += ["use_qk_l2norm_in_kernel"] if l2norm.supported else []
+    convention = (
+        "fn(q, k, v[, g], beta, *, scale, initial_state, output_final_state, cu_seqlens, "
+        "use_qk_l2norm_in_kernel)"
+    )
+    check_call(fn, positional, keywords, convention)
+    notes = [fit.note for fit in (*fitted.values(), l2norm) if fit.note]
     return DeltaKernelSource(
-        target=args.target, capabilities=capabilities, recipe=recipe, timeout=args.timeout
+        target=args.target,
+        capabilities=capabilities,
+        recipe=recipe,
+        timeout=args.timeout,
+        inferred=tuple(notes),
     )
 
 

@@ -38,6 +38,9 @@ CHUNK_CAPABILITIES = DeltaCapabilities(
     # One program holds the whole [K, V] state in registers.
     max_head_dim=128,
     chunk_sizes=(16, 32, 64),
+    # Forward substitution keeps the inverse lower triangular; one fixed order per element.
+    deterministic=True,
+    causal_exact=True,
 )
 """What ``triton/delta.chunk`` supports."""
 
@@ -75,6 +78,8 @@ def delta_recurrent_kernel() -> DeltaKernel:
         final_state=True,
         dtypes=("float32", "float16", "bfloat16"),
         max_head_dim=recurrent.MAX_HEAD_DIM,
+        deterministic=True,
+        causal_exact=True,
     )
     # The recipe does not depend on the dtype, so the replayable source can carry fp32's.
     source = DeltaKernelSource(

@@ -410,14 +410,15 @@ def totals(cases: Sequence[CaseRecord], verdicts: Iterable[PropertyVerdict] = ()
 
     ``failed``: a property was violated; ``errors``: the harness failed on the case;
     ``not_applicable``: the property did not apply; ``undecided``: undefined, out of contract,
-    ill-conditioned or not run; ``passed``: held; ``largest_T`` and ``largest_head_dim``: the
-    largest sizes of the cases judged (what a check's size reach got to).
+    ill-conditioned or not run; ``passed``: held (within rounding included); ``largest_T`` and
+    ``largest_head_dim``: the largest sizes of the cases judged (what a check's size reach got
+    to).
     """
     errors = sum(1 for r in cases if r.error)
     failed = sum(1 for r in cases if is_failure(r) and not r.error)
     not_applicable = sum(1 for r in cases if r.status == "not_applicable" and not r.error)
     undecided = sum(1 for r in cases if r.status in UNDECIDED and not r.error)
-    passed = sum(1 for r in cases if r.status == "held" and not r.error)
+    passed = sum(1 for r in cases if r.status in ("held", "within_rounding") and not r.error)
     verdict_failed = any(v.status == "failed" for v in verdicts)
     judged = [r for r in cases if r.status != "not_applicable" and not r.error]
     return {

@@ -168,6 +168,8 @@ class PairState:
         not_applicable: Cases on which the property did not apply.
         seconds: Time spent in its visits.
         failures: Distinct failing cases, in the order found.
+        within_rounding: Cases that came out ``within_rounding`` (bits differ from the exact
+            identity, within the bound). Default: `0`.
     """
 
     kernel: str
@@ -177,6 +179,7 @@ class PairState:
     not_applicable: int = 0
     seconds: float = 0.0
     failures: tuple[SoakFailure, ...] = ()
+    within_rounding: int = 0
 
     @builtins.property
     def ok(self) -> bool:
@@ -193,6 +196,7 @@ class PairState:
             status=status,
             examples=self.examples,
             not_applicable=self.not_applicable,
+            within_rounding=self.within_rounding,
             seconds=round(self.seconds, 3),
             message="" if first is None else first.message,
             failure_file=None if first is None else first.failure_file,
@@ -206,6 +210,7 @@ class PairState:
             "visits": self.visits,
             "examples": self.examples,
             "not_applicable": self.not_applicable,
+            "within_rounding": self.within_rounding,
             "seconds": round(self.seconds, 3),
             "failures": [f.to_json() for f in self.failures],
         }
@@ -221,6 +226,8 @@ class PairState:
             not_applicable=_count(data, "not_applicable"),
             seconds=_number(data, "seconds"),
             failures=tuple(SoakFailure.from_json(f) for f in _field(data, "failures", list)),
+            # Absent from state files written before the status existed.
+            within_rounding=_count(data, "within_rounding") if "within_rounding" in data else 0,
         )
 
 

@@ -244,6 +244,7 @@ def visit(
         visits=number,
         examples=pair.examples + verdict.examples,
         not_applicable=pair.not_applicable + verdict.not_applicable,
+        within_rounding=pair.within_rounding + verdict.within_rounding,
         seconds=round(pair.seconds + seconds, 3),
         failures=pair.failures if new_failure is None else (*pair.failures, new_failure),
     )

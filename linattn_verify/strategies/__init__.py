@@ -13,7 +13,12 @@ strategy that makes them. Strategies are plural nouns with keyword-only ``min_va
 
 from __future__ import annotations
 
-from linattn_verify.strategies._cases import ProblemSpec, kernel_specs, problem_specs
+from linattn_verify.strategies._cases import (
+    ProblemSpec,
+    declared_scales,
+    kernel_specs,
+    problem_specs,
+)
 from linattn_verify.strategies._shapes import (
     batch_sizes,
     head_counts,
@@ -50,6 +55,7 @@ __all__ = [
     "ProblemSpec",
     "batch_sizes",
     "decay_families",
+    "declared_scales",
     "float_dtypes",
     "head_counts",
     "head_dims",

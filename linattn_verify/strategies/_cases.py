@@ -395,7 +395,7 @@ def _problem_specs(
         feature_map=fmap,
         normalize=is_normalized,
         eps=draw(st.sampled_from(eps_values), label="eps") if is_normalized else 0.0,
-        scale=draw(_scales(fixed_scales, K), label="scale"),
+        scale=draw(declared_scales(fixed_scales, K), label="scale"),
         values=draw(value_families(names=families), label="values"),
         decay=decay,
         initial_state=draw(st.sampled_from(initial_state), label="initial_state"),
@@ -416,8 +416,11 @@ def _problem_specs(
     return replace(spec, omit=omit)
 
 
-def _scales(fixed: tuple[str, ...], K: int) -> st.SearchStrategy[float | None]:
-    """Any scale (`scales`), or only the named ones: `None` and K^-1/2 for default, 1 for one."""
+def declared_scales(fixed: Sequence[str], K: int) -> st.SearchStrategy[float | None]:
+    """Generate any scale (`scales`), or only the named ones (a kernel's declared scales).
+
+    ``"default"`` is `None` or K^-1/2, ``"one"`` is 1 (`linattn_verify.kernel.FIXED_SCALES`).
+    """
     if not fixed:
         return scales()
     values: list[float | None] = []
@@ -545,4 +548,4 @@ def _kernel_decays(kernel: Kernel, decays: Sequence[str]) -> tuple[str, ...]:
     return tuple(decays)
 
 
-__all__ = ["ProblemSpec", "kernel_specs", "problem_specs"]
+__all__ = ["ProblemSpec", "declared_scales", "kernel_specs", "problem_specs"]

@@ -23,7 +23,7 @@ from unittest import mock
 import numpy as np
 import torch
 
-from linattn_verify.compare import bitwise_mismatch
+from linattn_verify.compare import Side, bitwise_mismatch
 from linattn_verify.kernel import Kernel
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.results import Comparison, PropertyResult, judged_status
@@ -32,9 +32,11 @@ from linattn_verify.strategies import ProblemSpec, random_cotangents
 from linattn_verify.tolerance import (
     TensorBound,
     backward_bounds,
+    charge_returned_state,
     cotangent_loss,
     depends_on_rows,
     forward_bounds,
+    overflow_elements,
 )
 from linattn_verify.triage import with_input_severity
 from linattn_verify.typing import dtype_name
@@ -220,6 +222,50 @@ def prepare_case(
 Property = Callable[..., PropertyResult]
 
 
+def within_rounding(result: PropertyResult, promise: str, flag: str) -> PropertyResult:
+    """``result`` of an exactness property judged within bounds because its bits differed.
+
+    A held result becomes ``within_rounding``: no defect, but not the exact identity either
+    (docs/design.md, "Exact properties"); its reason names the promise and the flag that makes
+    the property strict. Any other result is returned as it is.
+    """
+    if result.status != "held":
+        return result
+    reason = (
+        f"{promise} within rounding, not bit-exact: the bits differ, every difference within the "
+        f"error bound (declare {flag} to judge it bit for bit)"
+    )
+    return replace(result, status="within_rounding", reason=reason)
+
+
+def past_side(
+    label: str,
+    past: torch.Tensor,
+    after: torch.Tensor,
+    before: torch.Tensor,
+    bound_after: TensorBound,
+    bound_before: TensorBound,
+) -> Side:
+    """The run after a change of the future, at past positions only (``past``, broadcastable).
+
+    Future positions take the run before the change, with its bound: their difference is 0, so
+    a pairwise comparison of this side with the run before judges the past alone.
+    """
+    undefined = None
+    if bound_before.undefined is not None or bound_after.undefined is not None:
+        zero = torch.zeros_like(bound_before.bound, dtype=torch.bool)
+        a = bound_after.undefined if bound_after.undefined is not None else zero
+        b = bound_before.undefined if bound_before.undefined is not None else zero
+        undefined = torch.where(past, a, b)
+    return Side(
+        label,
+        torch.where(past.to(after.device), after, before),
+        torch.where(past, bound_after.bound, bound_before.bound),
+        torch.where(past, bound_after.verifiable, bound_before.verifiable),
+        undefined,
+    )
+
+
 def property_function(fn: Property) -> Property:
     """Make a property total: a `KernelFailure` it lets through becomes its failed result.
 
@@ -247,9 +293,11 @@ def run_bounds(
     Each carries the kernel's declared zero-denominator convention and its undefined elements.
     """
     recipe = kernel.precision_recipe(problem.q.dtype)
-    declared = kernel.capabilities.zero_denominator
-    forward = forward_bounds(problem, recipe, zero_denominator=declared)
-    bounds = dict(forward.tensors)
+    cap = kernel.capabilities
+    forward = forward_bounds(
+        problem, recipe, zero_denominator=cap.zero_denominator, causal_exact=cap.causal_exact
+    )
+    bounds = with_returned_state_rounding(dict(forward.tensors), cap, problem.q.dtype)
     if cotangents is not None:
         do, d_final = cotangents
         if not problem.output_final_state:
@@ -260,30 +308,53 @@ def run_bounds(
             do=do,
             d_final_state=d_final,
             forward=forward,
-            zero_denominator=declared,
+            zero_denominator=cap.zero_denominator,
         )
         bounds.update({"d" + n: b for n, b in grads.items()})
     return bounds
 
 
-def denominator_rows(kernel: Kernel, problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:
+STATE_NAMES = ("final_state", "final_key_sum")
+"""The returned-state tensors (S_T and, normalized, z_T) of either family."""
+
+
+def with_returned_state_rounding(
+    bounds: dict[str, TensorBound], capabilities: Any, dtype: torch.dtype
+) -> dict[str, TensorBound]:
+    """``bounds`` with a declared input-dtype state's rounding charged (`charge_returned_state`)."""
+    return charge_returned_state(bounds, capabilities.final_state_dtype, dtype)
+
+
+def denominator_rows(
+    kernel: Kernel, problem: Problem, *, backward: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Return the rows ``[B, T, H]`` of a normalized problem whose denominator Z is or may be 0.
 
     The first mask: the exact Z is 0; the second: the kernel's rounding may turn Z into 0
-    (|Z| <= B^Z, the exact zeros included).
+    (|Z| <= B^Z, the exact zeros included), or, for a reciprocal division, make 1/Z overflow
+    its dtype (|Z| < 1/max), or with ``backward`` make the backward's (1/Z)^2 overflow
+    (|Z| < max^-1/2: autograd of a reciprocal forms it even for a zero cotangent, 0·inf = NaN).
     """
     recipe = kernel.precision_recipe(problem.q.dtype)
-    res = forward_bounds(problem, recipe).tensors["o"].residual
+    fb = forward_bounds(problem, recipe, causal_exact=kernel.capabilities.causal_exact)
+    res = fb.tensors["o"].residual
     assert res is not None
     Z, B_Z = res.denominator[..., 0], res.denominator_bound[..., 0]
-    return Z == 0, Z.abs() <= B_Z
+    limits = recipe.division_limits(problem.q.dtype)
+    smallest = 0.0 if limits is None else limits.largest ** (-0.5 if backward else -1.0)
+    return Z == 0, Z.abs() <= B_Z + smallest
 
 
 def _by_tensor(problem: Problem, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``rows`` as masks of o and of every gradient (``d<x>``) that depends on them."""
+    """``rows`` as masks of o and of every gradient (``d<x>``) of their (sequence, head).
+
+    Only the ``ieee`` and ``any`` conventions ask: their backward may spread the 0/0 row's NaN
+    to the whole sequence and head (`depends_on_rows` with ``whole_sequence``).
+    """
     V = problem.v.shape[-1]
     masks = {"o": rows[..., None].expand(*rows.shape, V)}
-    masks.update({"d" + n: m for n, m in depends_on_rows(problem, rows).items()})
+    spread = depends_on_rows(problem, rows, whole_sequence=True)
+    masks.update({"d" + n: m for n, m in spread.items()})
     return masks
 
 
@@ -300,18 +371,35 @@ def undefined_elements(kernel: Kernel, problem: Problem) -> dict[str, torch.Tens
     return _by_tensor(problem, denominator_rows(kernel, problem)[0])
 
 
-def nonfinite_allowed(kernel: Kernel, problem: Problem) -> dict[str, torch.Tensor]:
-    """Elements (``o``, ``d<x>``) where the kernel's declaration allows a NaN or an inf.
+def nonfinite_allowed(
+    kernel: Kernel,
+    problem: Problem,
+    cotangents: tuple[torch.Tensor, Any] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Elements (``o``, final states, ``d<x>``) where the kernel's declaration allows NaN or inf.
 
     For ``ieee`` and ``any`` (docs/design.md §3): the rows whose exact denominator is 0 or may
     round to 0 in the kernel's arithmetic (|Z| <= B^Z: a correct IEEE kernel divides by a
-    computed 0 there), and every gradient element that depends on such a row. Empty for
-    ``zero`` (0 there) and for unnormalized problems.
+    computed 0 there; for a reciprocal division, where 1/Z, or in the backward (1/Z)^2, may
+    overflow its dtype), and every gradient element of their sequence and head. For any
+    convention, where a declared 16-bit arithmetic may overflow (`overflow_elements`; its
+    gradients judged with the ``cotangents`` (do, d_final_state) the kernel ran with).
     """
+    recipe = kernel.precision_recipe(problem.q.dtype)
+    causal_exact = kernel.capabilities.causal_exact
+    allowed = overflow_elements(problem, recipe, causal_exact=causal_exact, cotangents=cotangents)
     if not problem.normalize or kernel.capabilities.zero_denominator == "zero":
-        return {}
+        return allowed
     undefined, may_vanish = denominator_rows(kernel, problem)
-    return _by_tensor(problem, undefined | may_vanish)
+    by_denominator = _by_tensor(problem, undefined | may_vanish)
+    if recipe.division == "reciprocal":
+        # The backward's (1/Z)^2 overflows sooner than 1/Z does.
+        _, backward = denominator_rows(kernel, problem, backward=True)
+        widened = _by_tensor(problem, undefined | backward)
+        by_denominator.update({n: m for n, m in widened.items() if n != "o"})
+    for name, mask in by_denominator.items():
+        allowed[name] = allowed[name] | mask if name in allowed else mask
+    return allowed
 
 
 def final_shapes(problem: Problem) -> dict[str, tuple[int, ...]]:
@@ -376,7 +464,31 @@ def zero_convention_breach(kernel: Kernel, problem: Problem, o: torch.Tensor) ->
     )
 
 
-def _validate(problem: Problem, o: Any, final: Any, any_float_state: bool) -> str | None:
+def state_dtype_problem(
+    name: str, x: torch.Tensor, declared: str, dtype: torch.dtype
+) -> str | None:
+    """What is wrong with the dtype of a returned state tensor, against the declaration, or `None`.
+
+    ``declared`` is the kernel's ``final_state_dtype``: ``"float32"`` admits float32 and float64
+    (wider: nothing more to charge), ``"input"`` the input dtype too (rounded to it at worst:
+    FLA's normalized kernels return S_T in fp32 and z_T in the input dtype).
+    """
+    if x.dtype in (torch.float32, torch.float64):
+        return None
+    if declared == "input":
+        if x.dtype == dtype:
+            return None
+        return (
+            f"returned {name} of dtype {x.dtype}, expected the input dtype {dtype} or float32 "
+            "(declared: final_state_dtype='input')"
+        )
+    return (
+        f"returned {name} of dtype {x.dtype}, expected float32 (or float64); a kernel that "
+        "returns its state in the input dtype declares it (check: --final-state-dtype input)"
+    )
+
+
+def _validate(problem: Problem, o: Any, final: Any, state_dtype: str) -> str | None:
     """Return what is wrong with a kernel's ``(o, final)`` (after "returned"), or `None`."""
     B, T, H, _, V = problem.shape
     if not isinstance(o, torch.Tensor):
@@ -400,14 +512,13 @@ def _validate(problem: Problem, o: Any, final: Any, any_float_state: bool) -> st
             return f"returned {name} of type {type(x).__name__}, expected a torch.Tensor"
         if tuple(x.shape) != shape:
             return f"returned {name} of shape {tuple(x.shape)}, expected {shape}"
-        if any_float_state and not x.dtype.is_floating_point:
-            return f"returned {name} of dtype {x.dtype}, expected a floating dtype"
-        if not any_float_state and x.dtype not in (torch.float32, torch.float64):
-            return f"returned {name} of dtype {x.dtype}, expected float32 (or float64)"
+        wrong = state_dtype_problem(name, x, state_dtype, problem.q.dtype)
+        if wrong is not None:
+            return wrong
     return None
 
 
-def _same_layout(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def same_layout(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Return ``x``'s values with ``like``'s strides and storage offset (differentiably).
 
     The storage around a strided ``like`` is filled with NaN, so a kernel that reads outside the
@@ -455,10 +566,10 @@ def run_kernel(
         do_mask: Multiplies the output cotangent (``[B, T, H, 1]``, 0/1) and drops the
             final-state cotangent. Default: `None`.
         caller_judges: The caller judges the returned values itself (against the oracle or
-            another run): NaN outputs and gradients, and a final state in any floating dtype,
-            are returned instead of failing. A non-finite o where the exact denominator is 0
-            from a kernel that declared ``zero_denominator="zero"`` fails either way: it breaks
-            the kernel's own declaration (`zero_convention_breach`). Default: `False`.
+            another run): NaN outputs and gradients are returned instead of failing. A
+            non-finite o where the exact denominator is 0 from a kernel that declared
+            ``zero_denominator="zero"`` fails either way: it breaks the kernel's own
+            declaration (`zero_convention_breach`). Default: `False`.
 
     Returns:
         The `KernelRun`, its tensors detached.
@@ -471,6 +582,8 @@ def run_kernel(
     what = kernel.name
     if cotangents is None and cotangent_seed is not None:
         cotangents = random_cotangents(problem, cotangent_seed)
+    if cotangents is not None and do_mask is not None:
+        cotangents = (cotangents[0] * do_mask.to(cotangents[0].dtype), None)
     backward = cotangents is not None
     originals = problem.inputs()
     p, leaves = problem.with_grad_leaves()
@@ -487,7 +600,7 @@ def run_kernel(
         with np.errstate(all="ignore"), torch.set_grad_enabled(backward):
             # The kernel sees the memory layout of the problem's own tensors, built
             # differentiably from the leaves.
-            layout = {n: _same_layout(getattr(p, n), x) for n, x in originals.items()}
+            layout = {n: same_layout(getattr(p, n), x) for n, x in originals.items()}
             p = p.with_tensors(**layout)
             result = kernel.call(p)
     except Exception as exc:  # the kernel under test may raise anything
@@ -495,7 +608,7 @@ def run_kernel(
     if not isinstance(result, tuple | list) or len(result) != 2:
         raise KernelFailure(f"{what} returned {_kind(result)}, expected a pair (o, final_state).")
     o, final = result
-    wrong = _validate(problem, o, final, caller_judges)
+    wrong = _validate(problem, o, final, kernel.capabilities.final_state_dtype)
     if wrong is not None:
         raise KernelFailure(f"{what} {wrong}")
     if not problem.output_final_state:
@@ -514,7 +627,7 @@ def run_kernel(
         if caller_judges or not x.is_floating_point() or not bool(torch.isnan(x).any()):
             return None
         if allowed is None:
-            allowed = nonfinite_allowed(kernel, problem)
+            allowed = nonfinite_allowed(kernel, problem, cotangents)
         return nan_message(name, x, allowed.get(name) if allowed else None)
 
     for name, x in run.outputs.items():
@@ -525,8 +638,6 @@ def run_kernel(
     filled: dict[str, torch.Tensor] = {}
     if cotangents is not None:
         do, d_final = cotangents
-        if do_mask is not None:
-            do, d_final = do * do_mask.to(do.dtype), None
         try:
             with np.errstate(all="ignore"):
                 loss = cotangent_loss(o, final, do, d_final if final is not None else None)

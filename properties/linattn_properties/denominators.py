@@ -37,8 +37,9 @@ def denominator_stable(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     * Z = 0 exactly ⇒ ô is the declared value: 0 exactly (``zero``), the IEEE quotient of a
       zero denominator where it is determined (``ieee``, by the oracle comparison), anything
       (``any``);
-    * ô = ±inf only where |Z| <= B^Z (the denominator may round to 0) or the largest
-      admissible quotient (|N| + B^N) / (|Z| - B^Z) overflows the output dtype;
+    * ô = ±inf only where |Z| <= B^Z (the denominator may round to 0), the largest
+      admissible quotient (|N| + B^N) / (|Z| - B^Z) overflows the output dtype, or (a
+      reciprocal division) 1/Z may overflow the reciprocal's dtype;
     * max r <= 2 on certified elements (B^Z < |Z|/2) and max η <= 2 everywhere.
 
     Args:
@@ -81,6 +82,10 @@ def denominator_stable(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     findings = []
     ceiling = (res.numerator.abs() + res.numerator_bound) / (Z.abs() - BZ).clamp(min=0)
     may_overflow = (Z.abs() <= BZ) | (ceiling >= torch.finfo(o.dtype).max)
+    limits = case.recipe.division_limits(problem.q.dtype)
+    if limits is not None:
+        # A reciprocal 1/Z overflows its dtype below 1/max: inf times N.
+        may_overflow = may_overflow | ((Z.abs() - BZ) * limits.largest <= 1)
     bad_inf = torch.isinf(x) & ~may_overflow
     if bool(bad_inf.any()):
         index = _first(bad_inf)

@@ -29,7 +29,7 @@ from linattn_properties._support import (
 )
 from linattn_verify.compare import FAIL_THRESHOLD, Comparison, compare_bitwise, compare_within
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Kernel
+from linattn_verify.kernel import Kernel, dyadic_scale_exponent
 from linattn_verify.oracles.exact import exact_oracle
 from linattn_verify.oracles.parallel import parallel_reference
 from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe, dtype_name
@@ -48,7 +48,7 @@ def _bits(unit: float) -> int:
 
 def precision_bits(recipe: PrecisionRecipe, dtype: torch.dtype) -> int:
     """Return p: sums below 2^p units are exact everywhere on the kernel's internal path."""
-    p = 53 if recipe.accumulation == "float64" else 24
+    p = _bits(recipe.u_acc(dtype))
     low = recipe.u_low(dtype)
     if low:
         p = min(p, _bits(low))
@@ -102,6 +102,12 @@ def _dyadic_problem(
     gen = torch.Generator().manual_seed(spec.seed ^ 0xD1AD)
     rng = random.Random(spec.seed)
     e_q, e_k, e_v, e_s = (rng.randint(-3, 2) for _ in range(4))
+    fixed = dyadic_scale_exponent(kernel.capabilities.scales, spec.K)
+    if isinstance(fixed, str):
+        return f"{kernel.name}: {fixed}"
+    if fixed is not None:
+        # A kernel limited to some scales (or applying its own) is given the one that is dyadic.
+        e_s = fixed
     dtype = torch_dtype(spec.dtype)
     B, T, H, K, V = spec.B, spec.T, spec.H, spec.K, spec.V
     N = B if spec.segments is None else len(spec.segments)
@@ -272,7 +278,7 @@ def _quotient_comparison(
     o* = 0 nothing but 0 passes).
     """
     u_out = UNIT_ROUNDOFF[dtype_name(actual.dtype)]
-    unit = case.recipe.u_div + u_out + 2.0**-52
+    unit = case.recipe.u_div(actual.dtype) + u_out + 2.0**-52
     allowed = unit * exact.abs()
     undefined = None
     if case.kernel.capabilities.zero_denominator != "zero":

@@ -75,6 +75,8 @@ def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         recipe=case.recipe,
         name=kernel.name,
         zero_denominator=kernel.capabilities.zero_denominator,
+        causal_exact=kernel.capabilities.causal_exact,
+        final_state_dtype=kernel.capabilities.final_state_dtype,
     )
     return case.judged(result.comparisons, findings=_findings(result), notes=result.notes)
 
@@ -129,6 +131,8 @@ def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         d_final_state=d_final,
         name=kernel.name,
         zero_denominator=kernel.capabilities.zero_denominator,
+        causal_exact=kernel.capabilities.causal_exact,
+        final_state_dtype=kernel.capabilities.final_state_dtype,
     )
     return case.judged(result.comparisons, findings=_findings(result), notes=result.notes)
 

@@ -331,3 +331,44 @@ def test_kernel_exception_is_a_failed_result(name: str) -> None:
     # chunk_size_invariant names the run that raised: "test/raises[C=16] raised ...".
     assert result.reason.startswith("test/raises")
     assert "raised RuntimeError: planted failure in the kernel" in result.reason
+
+
+# Gradual underflow: steep gates and tiny values make the recurrence's states subnormal, where
+# doubling rounds differently (a correct kernel of the corpus moved o by subnormal ulps, issue
+# #25): the doubled run's bits may then differ, and it is judged within its bounds instead.
+SUBNORMAL_STATES = DeltaCase(
+    B=2, T=13, H=2, K=4, V=4, dtype="float32", gate="vector", gate_family="steep",
+    beta_family="zero", key_family="raw", value_family="tiny", l2norm_qk=True,
+    negative_eigenvalues=False, initial_state=True, output_final_state=False, seq_lens=None,
+    scale=0.5, seed=80,
+)  # fmt: skip
+
+
+def test_linearity_is_judged_within_the_bound_where_states_are_subnormal() -> None:
+    from linattn_properties.delta.composition import doubling_is_exact
+
+    from linattn_verify.cli.manifest import load_manifest
+
+    corpus = Path(__file__).parents[1] / "corpus" / "delta.toml"
+    (entry,) = [e for e in load_manifest(corpus) if e.name == "delta/recurrent_transposed"]
+    kernel = entry.kernel()
+    reason = doubling_is_exact(kernel, SUBNORMAL_STATES.build())
+    assert reason is not None
+    assert "subnormal" in reason
+    result = CATALOGUE["linear_in_values_and_state"](SUBNORMAL_STATES, kernel)
+    assert result.status == "held", result.report()
+    assert any("bits differ, judged within the bounds" in note for note in result.notes)
+    assert all(c.kind == "pair" for c in result.comparisons)
+    # Where nothing can underflow the same kernel is still held to the bit.
+    ungated = replace(
+        SUBNORMAL_STATES,
+        gate="none",
+        gate_family="none",
+        key_family="unit",
+        value_family="unit",
+        l2norm_qk=False,
+    )
+    assert doubling_is_exact(kernel, ungated.build()) is None
+    exact = CATALOGUE["linear_in_values_and_state"](ungated, kernel)
+    assert exact.status == "held", exact.report()
+    assert all(c.kind == "bitwise" for c in exact.comparisons)

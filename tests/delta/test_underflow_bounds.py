@@ -85,3 +85,25 @@ def test_the_chunk_gradient_bound_covers_gradients_in_the_subnormal_range() -> N
     twin = next(k for k in delta_reference_kernels() if k.name == "torch/delta.chunk")
     result = delta_catalogue()["gradients_match_oracle"](SUBNORMAL_CASE, twin)
     assert result.status == "held", result.message()
+
+
+SUBNORMAL_WEIGHT_CASE = DeltaCase(
+    B=1, T=25, H=2, K=1, V=1, dtype="float32", gate="scalar", gate_family="steep",
+    beta_family="zero", key_family="unit", value_family="large", l2norm_qk=False,
+    negative_eigenvalues=False, initial_state=True, output_final_state=True,
+    seq_lens=(0, 25, 0), scale=None, seed=139,
+)  # fmt: skip
+
+
+def test_the_chunk_gradient_bound_carries_a_subnormal_weight_through_its_products() -> None:
+    # A steep gate makes e^{G_i} subnormal in fp32 (2^-150 absolutely), and dg multiplies that
+    # weight by s q S dO (about 1e4 with large values): the bound charged underflow only as a
+    # constant, and the correct chunk reference failed dg at r = 18 (found with the corpus's
+    # chunk kernels, issue #25). Each node now carries its own underflow through the products.
+    from linattn_properties.delta import delta_catalogue
+
+    from linattn_verify.delta.reference_kernels import delta_reference_kernels
+
+    chunk = next(k for k in delta_reference_kernels() if k.name == "torch/delta.chunk")
+    result = delta_catalogue()["gradients_match_oracle"](SUBNORMAL_WEIGHT_CASE, chunk)
+    assert result.status == "held", result.message()

@@ -29,11 +29,30 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cases(named_specs): run on every spec of the dict")
 
 
+SLOW_SEARCHES = {
+    "test_batch_and_head_equivariant[triton/chunk]",
+    "test_batch_and_head_equivariant[triton/parallel]",
+    "test_contract_holds[triton/chunk]",
+    "test_contract_holds[triton/parallel]",
+    "test_linear_in_values_and_state[triton/parallel]",
+    "test_normalized_affine_and_convex[triton/recurrent]",
+    "test_state_split_composes[triton/recurrent]",
+    "test_state_split_composes[triton/parallel]",
+}
+"""Searches CI leaves to ``pytest -m slow``: the interpreted searches that take 18 to 50 s on a
+2-core CI machine (several kernel runs per case). Each property is still searched in CI on the
+other Triton kernels and the torch references, and its nasty cases run on every kernel; ``-m
+slow`` and the soak search every kernel."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in item.path.parents:
             item.add_marker(QUIET)
+            if item.name in SLOW_SEARCHES:
+                item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(trylast=True)

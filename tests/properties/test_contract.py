@@ -103,12 +103,11 @@ def nondeterministic(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
     [
         # The run on private copies of the inputs notices the write.
         (modifies_input, "bug/modifies_input: input v was modified in place by the forward"),
-        # The allocation poisoned with NaN leaks into o.
-        (
-            reads_uninitialised,
-            "run with torch.empty/empty_like returning NaN-filled memory: "
-            "bug/reads_uninitialised: o holds",
-        ),
+        # The allocation poisoned with NaN leaks into o. (Only the finding is asserted, not which
+        # run made it: memory torch.empty_like really hands out may hold NaN already, and then
+        # the plain run reports it first. Without the poisoning it almost never does, and the
+        # property would hold.)
+        (reads_uninitialised, "bug/reads_uninitialised: o holds"),
         (
             changes_dtype,
             "bug/changes_dtype returned o of dtype torch.float16, expected the input dtype",

@@ -46,12 +46,15 @@ def test_the_v2_schema_names_the_result_models_statuses() -> None:
     defs = run_schema()["$defs"]
     assert tuple(defs["case"]["properties"]["status"]["enum"]) == STATUSES
     verdict_statuses = set(defs["verdict"]["properties"]["status"]["enum"])
-    assert verdict_statuses == {"held", "failed", "not_applicable", "not_run"}
+    assert verdict_statuses == {"held", "failed", "not_applicable", "not_run", "within_rounding"}
     # Every field the model writes is in the schema, which allows no other; every field is
-    # required but the diagnosis, which documents written before diagnoses lack.
+    # required but those documents written before they existed lack: a case's diagnosis, a
+    # verdict's count of within-rounding examples.
     assert set(defs["case"]["properties"]) == set(CaseRecord.__dataclass_fields__)
     assert set(defs["case"]["required"]) == set(CaseRecord.__dataclass_fields__) - {"diagnosis"}
-    assert set(defs["verdict"]["required"]) == set(PropertyVerdict.__dataclass_fields__)
+    fields = set(PropertyVerdict.__dataclass_fields__)
+    assert set(defs["verdict"]["properties"]) == fields
+    assert set(defs["verdict"]["required"]) == fields - {"within_rounding"}
 
 
 def test_round_trip_write_load_validate(

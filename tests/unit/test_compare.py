@@ -333,14 +333,21 @@ def test_gradients_depending_on_an_undefined_row_are_undefined() -> None:
             assert torch.equal(tb.bound, zero[name].bound)
             assert tb.zero_denominator == conv
     # What an IEEE backward returns there (NaN) fails a "zero" kernel and is not judged for the
-    # others.
+    # others: for them every gradient element of the sequence and head of an undefined row is
+    # undefined (error-model §3.1: a masked 0·inf spreads the NaN through the chunk).
     grad = zero["q"].reference.float().clone()
     grad[0, :2] = NAN
     assert not compare(grad, zero["q"]).ok
     for conv in ("ieee", "any"):
         c = compare(grad, bounds[conv]["q"])
         assert c.ok, mismatch_message(c)
-        assert c.counts.undefined == 4
+        assert c.counts.undefined == 6
+        for name in ("k", "v"):
+            assert bool(bounds[conv][name].undefined.all())  # type: ignore[union-attr]
+        spread = zero["v"].reference.float().clone()
+        spread[0, 2] = NAN  # a later key: defined, but lost by an IEEE backward
+        assert compare(spread, bounds[conv]["v"]).ok
+        assert not compare(spread, zero["v"]).ok
 
 
 def test_depends_on_rows_follows_sequences_and_heads() -> None:

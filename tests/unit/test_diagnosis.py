@@ -301,3 +301,21 @@ def test_a_diagnosis_survives_json_and_is_reported_after_the_comparisons() -> No
     assert lines.index("Bound: recipe") < len(lines) - 1
     assert lines[1] == "k o is not close to the float64 oracle!"
     assert "Diagnosis" not in FAILED.report()
+
+
+def test_the_diagnosis_tries_a_reciprocal_division_for_normalized_cases() -> None:
+    # performer-pytorch divides as 1/Z then a multiply, in fp16: one ulp past a direct
+    # division's bound, which "no recipe explains" said before the reciprocal was a recipe.
+    kernel = get_kernel("torch/recurrent")
+    spec = example_spec(dtype="float16", normalize=True, feature_map="elu1")
+    declared = kernel.precision_recipe(torch.float16)
+    ladders = diagnosis._ladders(declared, spec, kernel, torch.float16)
+    steps = ladders["reciprocal"]
+    assert [step.changes for step in steps] == [
+        {"division": "reciprocal", "division_dtype": "float32"},
+        {"division": "reciprocal", "division_dtype": "input"},
+    ]
+    assert steps[-1].how == "`--division reciprocal --division-dtype input`"
+    assert steps[0].size < steps[1].size
+    unnormalized = replace(spec, normalize=False)
+    assert "reciprocal" not in diagnosis._ladders(declared, unnormalized, kernel, torch.float16)

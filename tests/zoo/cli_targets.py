@@ -54,6 +54,10 @@ def flags(name: str) -> list[str]:
         ("--no-final-state", not cap.final_state),
         ("--no-backward", not cap.backward),
         ("--normalized", CONFIGS[name]["normalize"]),
+        # The twins are written like our kernels and keep every exactness promise.
+        ("--deterministic", cap.deterministic),
+        ("--causal-exact", cap.causal_exact),
+        ("--layout-exact", cap.layout_exact),
     ):
         declared += [flag] if on else []
     return declared

@@ -17,7 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from linattn_properties._support import KernelFailure
+from linattn_properties._support import (
+    KernelFailure,
+    state_dtype_problem,
+    with_returned_state_rounding,
+)
 from linattn_verify.compare import bitwise_mismatch, compare
 from linattn_verify.delta.bounds import forward_bounds
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
@@ -120,7 +124,7 @@ def run(
     if not isinstance(result, tuple | list) or len(result) != 2:
         raise KernelFailure(f"{what} returned {type(result).__name__}, expected (o, final_state).")
     o, final = result
-    wrong = _wrong_outputs(problem, o, final)
+    wrong = _wrong_outputs(problem, o, final, kernel.capabilities.final_state_dtype)
     if wrong is not None:
         raise KernelFailure(f"{what} {wrong}")
     grads = None
@@ -145,7 +149,7 @@ def run(
     return DeltaRun(o.detach(), final, grads)
 
 
-def _wrong_outputs(problem: DeltaProblem, o: Any, final: Any) -> str | None:
+def _wrong_outputs(problem: DeltaProblem, o: Any, final: Any, state_dtype: str) -> str | None:
     B, T, H, K, V = problem.shape
     if not isinstance(o, torch.Tensor):
         return f"returned o of type {type(o).__name__}, expected a torch.Tensor"
@@ -160,14 +164,20 @@ def _wrong_outputs(problem: DeltaProblem, o: Any, final: Any) -> str | None:
         return f"returned final state {type(final).__name__}, expected a tensor {expected}"
     if tuple(final.shape) != expected:
         return f"returned final state of shape {tuple(final.shape)}, expected {expected}"
-    if not final.dtype.is_floating_point:
-        return f"returned final state of dtype {final.dtype}, expected a floating dtype"
-    return None
+    return state_dtype_problem("final state", final, state_dtype, problem.q.dtype)
 
 
 def bounds_of(kernel: DeltaKernel, problem: DeltaProblem) -> dict[str, TensorBound]:
-    """The forward bounds of ``problem`` under ``kernel``'s recipe."""
-    return forward_bounds(problem, kernel.precision_recipe(problem.q.dtype))
+    """The forward bounds of ``problem`` under ``kernel``'s recipe and declarations.
+
+    A kernel that does not promise bit-exact causality is charged a pivoting solver's inverse
+    (`linattn_verify.delta.bounds.inverse_magnitude`); a state returned in the input dtype, its
+    rounding (`with_returned_state_rounding`).
+    """
+    cap = kernel.capabilities
+    recipe = kernel.precision_recipe(problem.q.dtype)
+    bounds = forward_bounds(problem, recipe, causal_exact=cap.causal_exact)
+    return with_returned_state_rounding(bounds, cap, problem.q.dtype)
 
 
 def against_oracle(

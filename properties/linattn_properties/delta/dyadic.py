@@ -61,6 +61,7 @@ from linattn_verify.compare import compare_bitwise
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem, validate_delta
 from linattn_verify.delta.reference import delta_chunked, delta_recurrent
+from linattn_verify.kernel import dyadic_scale_exponent
 from linattn_verify.recipe import UNIT_ROUNDOFF
 from linattn_verify.results import PropertyResult
 from linattn_verify.typing import dtype_name, torch_dtype
@@ -86,9 +87,7 @@ def storage_bits(recipe: DeltaRecipe, dtype: torch.dtype) -> int:
     values are stored in it), every storage the recipe names (T, W, U, Vn, the casts on the path,
     the chunk-boundary state), and tf32 dot operands (11 bits) where the recipe declares them.
     """
-    bits = min(
-        _bits(UNIT_ROUNDOFF[dtype_name(dtype)]), 53 if recipe.accumulation == "float64" else 24
-    )
+    bits = min(_bits(UNIT_ROUNDOFF[dtype_name(dtype)]), _bits(recipe.u(dtype)))
     for name in ("inverse_dtype", "intermediate_dtype", "state_dtype"):
         unit = recipe.u_storage(name, dtype)
         if unit:
@@ -96,9 +95,13 @@ def storage_bits(recipe: DeltaRecipe, dtype: torch.dtype) -> int:
     return min(bits, 11) if recipe.tf32 else bits
 
 
-def accumulation_bits(recipe: DeltaRecipe) -> int:
-    """Return a: sums whose partial sums stay below 2^a units are exact in ``recipe``'s adds."""
-    return _bits(recipe.u_acc)
+def accumulation_bits(recipe: DeltaRecipe, dtype: torch.dtype) -> int:
+    """Return a: sums whose partial sums stay below 2^a units are exact in ``recipe``'s adds.
+
+    With ``accumulation="input"`` (sums, or dot results, rounded to the input dtype: o =
+    RN(Q S) + RN(A Vn) in a kernel that never upcasts) a is the input dtype's width.
+    """
+    return _bits(recipe.u_acc(dtype))
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ def dyadic_grid(kernel: DeltaKernel, dtype: torch.dtype, K: int, seed: int) -> D
     recipe = kernel.precision_recipe(dtype)
     # o* below 2^24 units is an fp32 number, so o*.float() rounds nothing before the output's
     # own rounding (a float64 recipe's wider sums would make that a double rounding).
-    p, a = storage_bits(recipe, dtype), min(accumulation_bits(recipe), 24)
+    p, a = storage_bits(recipe, dtype), min(accumulation_bits(recipe, dtype), 24)
     chunk = recipe.chunk_size
     q_range = min(QUERY_RANGE, 2**p - 1)
     v_range = min(VALUE_RANGE, 2 ** (p - 1) - 1)
@@ -156,10 +159,16 @@ def dyadic_grid(kernel: DeltaKernel, dtype: torch.dtype, K: int, seed: int) -> D
     e_q, e_v = rng.randint(-2, 1), rng.randint(-2, 1)
     # |o| < bound · 2^{e_s + e_q + e_v} must stay below half the output's largest value.
     top = math.floor(math.log2(torch.finfo(dtype).max)) - 1
-    e_s = min(
-        rng.randint(-2, 0),
-        top - math.ceil(math.log2(_sum_bound(q_range, v_range, K, chunk))) - e_q - e_v,
-    )
+    highest = top - math.ceil(math.log2(_sum_bound(q_range, v_range, K, chunk))) - e_q - e_v
+    e_s = min(rng.randint(-2, 0), highest)
+    fixed = dyadic_scale_exponent(kernel.capabilities.scales, K)
+    if isinstance(fixed, str):
+        return f"{kernel.name}: {fixed}"
+    if fixed is not None:
+        # A kernel that applies its own scale: the grid takes that scale.
+        if fixed > highest:
+            return f"{kernel.name}: its fixed scale 2^{fixed} would overflow the output"
+        e_s = fixed
     return DyadicGrid(q_range, v_range, e_q, e_v, e_s, p, a, chunk)
 
 
