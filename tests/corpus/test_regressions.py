@@ -115,3 +115,24 @@ def test_a_rounding_count_past_one_over_u_gives_no_bound_instead_of_an_error() -
     result = delta_catalogue()["gradients_match_oracle"](case, kernel)
     assert result.ok, result.report()
     assert gamma(256, 2.0**-8) == math.inf
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open false alarm (found after #25 by a soak at T <= 160): the delta chunk gradient "
+    "bounds do not charge a pivoting solver's backward (autograd of torch.linalg.inv through the "
+    "computed, not exactly triangular, inverse) for the structural zeros of a token with beta = "
+    "0 in a later chunk; dk there is 3.7e-7 against an exact 0 and a bound of 1.7e-39. Cases "
+    "past T = 32 are #26's size reach.",
+)
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_pivoting_solvers_backward_in_a_later_chunk_is_charged() -> None:
+    case = DeltaCase(
+        B=1, T=79, H=1, K=4, V=1, dtype="float32", gate="none", gate_family="none",
+        beta_family="mixed", key_family="near_parallel", value_family="unit", l2norm_qk=False,
+        negative_eigenvalues=True, initial_state=False, output_final_state=False,
+        seq_lens=None, scale=None, seed=5570210, out_of_contract=False,
+    )  # fmt: skip
+    kernel = entry("delta.toml", "delta/chunk_linalg_inv").kernel()
+    result = delta_catalogue()["gradients_match_oracle"](case, kernel)
+    assert result.ok, result.report()
