@@ -74,6 +74,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from linattn_verify._bounds.dependence import depends_on_rows
 from linattn_verify._bounds.forward import ForwardPieces, forward_sequence
 from linattn_verify._bounds.gradients import Cotangents, backward_sequence
 from linattn_verify._bounds.terms import SequenceTerms, Units
@@ -545,7 +546,7 @@ def overflow_elements(
     A kernel computing (``accumulation="input"``) or dividing (``division_dtype="input"``) in
     a 16-bit input dtype may return inf or NaN there though the exact value is finite
     (`linattn_verify._bounds.overflow`); the bounds mark them unverifiable. Keyed like
-    `linattn_verify.tolerance.depends_on_rows`'s masks with a ``d`` prefix, plus ``o``,
+    `linattn_verify._bounds.dependence.depends_on_rows`'s masks with a ``d`` prefix, plus ``o``,
     ``final_state`` and ``final_key_sum``; the gradients only with ``cotangents`` (do,
     d_final_state): every gradient of an affected (sequence, head). Empty when the recipe
     cannot overflow so.
@@ -580,49 +581,6 @@ def _undefined_like(mask: torch.Tensor | None, ref: torch.Tensor) -> torch.Tenso
     return mask[..., None].expand_as(ref)
 
 
-def depends_on_rows(
-    problem: Problem, rows: torch.Tensor, *, whole_sequence: bool = False
-) -> dict[str, torch.Tensor]:
-    """Return, per gradient (keyed by `GRADIENT_NAMES`), the elements that depend on ``rows``.
-
-    ``rows`` ``[B, T, H]`` marks output rows o_t (of one head). With j and t positions of one
-    sequence, o_t depends on q_t, on k_j, v_j, g_j for every j <= t (the weight of key j in row t
-    is exp(G_t - G_j) > 0, and a kernel's rounded weight multiplies whatever row t contributes),
-    and on S_0, z_0 of its sequence, all of the same head; so the elements returned are dq_t;
-    dk_j, dv_j, dg_j for j <= t; dS_0 and dz_0 of the sequence (docs/error-model.md §3).
-
-    With ``whole_sequence``, every gradient element of a (sequence, head) holding such a row:
-    an IEEE backward divides by the zero denominator (do/Z = inf), and a correct kernel that
-    masks its scores by multiplication turns the masked 0 · inf into NaN for every key of the
-    chunk and, through the state's adjoint, of every earlier chunk (docs/error-model.md §3.1).
-
-    Returns:
-        Boolean masks for ``q``, ``k``, ``v`` (``[B, T, H, K|V]``), ``g`` (g's shape),
-        ``initial_state`` (``[N, H, K, V]``) and ``initial_key_sum`` (``[N, H, K]``).
-    """
-    B, T, H, K, V = problem.shape
-    rows = rows.to(torch.bool).clone()
-    later = torch.zeros_like(rows)
-    sequence = torch.zeros(problem.num_sequences, H, dtype=torch.bool, device=rows.device)
-    for n, b, start, end in problem.sequences():
-        if end > start:
-            r = rows[b, start:end].to(torch.int8)  # [L, H]
-            # Some row at or after position j: a reverse running maximum.
-            later[b, start:end] = torch.flip(torch.cummax(torch.flip(r, [0]), 0).values, [0]) > 0
-            sequence[n] = r.bool().any(0)
-            if whole_sequence:
-                rows[b, start:end] = later[b, start:end] = sequence[n]
-    N = problem.num_sequences
-    return {
-        "q": rows[..., None].expand(B, T, H, K),
-        "k": later[..., None].expand(B, T, H, K),
-        "v": later[..., None].expand(B, T, H, V),
-        "g": later[..., None].expand(B, T, H, K) if problem.vector_gate else later,
-        "initial_state": sequence[..., None, None].expand(N, H, problem.feature_dim, V),
-        "initial_key_sum": sequence[..., None].expand(N, H, problem.feature_dim),
-    }
-
-
 __all__ = [
     "GRADIENT_NAMES",
     "ForwardBounds",
@@ -632,7 +590,6 @@ __all__ = [
     "backward_bounds",
     "charge_returned_state",
     "cotangent_loss",
-    "depends_on_rows",
     "forward_bounds",
     "overflow_elements",
     "reference_gradients",

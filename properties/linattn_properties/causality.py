@@ -15,16 +15,15 @@ from dataclasses import replace
 
 import torch
 
+from linattn_properties._nonfinite import nonfinite_allowed, undefined_elements
 from linattn_properties._support import (
     STATE_NAMES,
-    nonfinite_allowed,
     past_side,
     prepare_case,
     property_function,
     run_bounds,
     run_kernel,
     same_layout,
-    undefined_elements,
     within_rounding,
 )
 from linattn_verify.compare import Side, compare, compare_bitwise, compare_pair

@@ -22,12 +22,12 @@ from dataclasses import replace
 
 import torch
 
+from linattn_properties._nonfinite import undefined_elements
 from linattn_properties._support import (
     prepare_case,
     property_function,
     run_bounds,
     run_kernel,
-    undefined_elements,
     within_rounding,
 )
 from linattn_verify.compare import Side, compare_bitwise, compare_pair

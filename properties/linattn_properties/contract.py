@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from linattn_properties._nonfinite import undefined_elements
 from linattn_properties._support import (
     KernelFailure,
     KernelRun,
@@ -25,7 +26,6 @@ from linattn_properties._support import (
     relayout,
     run_bounds,
     run_kernel,
-    undefined_elements,
     within_rounding,
 )
 from linattn_verify.compare import Comparison, Side, compare_bitwise, compare_pair

@@ -20,13 +20,8 @@ from typing import Any
 
 import torch
 
-from linattn_properties._support import (
-    PreparedCase,
-    denominator_rows,
-    not_applicable,
-    property_function,
-    run_kernel,
-)
+from linattn_properties._nonfinite import denominator_rows
+from linattn_properties._support import PreparedCase, not_applicable, property_function, run_kernel
 from linattn_verify.compare import FAIL_THRESHOLD, Comparison, compare_bitwise, compare_within
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.kernel import Kernel, dyadic_scale_exponent

@@ -10,6 +10,7 @@ import pytest
 import torch
 from jsonschema import Draft202012Validator
 
+from linattn_verify._bounds.dependence import depends_on_rows
 from linattn_verify.compare import (
     Side,
     assert_linattn_close,
@@ -27,7 +28,7 @@ from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.reporting import run_schema
 from linattn_verify.results import Comparison
 from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.tolerance import TensorBound, backward_bounds, depends_on_rows, forward_bounds
+from linattn_verify.tolerance import TensorBound, backward_bounds, forward_bounds
 
 RECIPE = PrecisionRecipe(form="parallel", dots_on_path=0, decay_scan="global")
 
