@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from linattn_verify.core.draws import seeded_draws
+from linattn_verify.core.family import family_of
 from linattn_verify.errors import InvalidArgument, PropertyViolation
-from linattn_verify.families import family_of
 from linattn_verify.kernel import Kernel
 from linattn_verify.results import CaseRecord, PropertyVerdict
 from linattn_verify.targets import KernelTimeout, load_target, with_timeout
@@ -254,10 +255,16 @@ def _reach(
     seconds: float,
 ) -> None:
     """Run the size reach within ``seconds``; each item is one more example of its property."""
-    from linattn_verify.reach import ReachRun, reach_plan, reach_spec
+    from linattn_verify.reach import ReachRun, reach_plan
     from linattn_verify.running import check_property, record_of
 
-    plan = reach_plan(kernel, tuple(properties), max_seq_len=search.max_seq_len)
+    family = family_of(kernel)
+    plan = reach_plan(
+        kernel,
+        tuple(properties),
+        max_seq_len=search.max_seq_len,
+        fits=lambda T, K, V: family.reach_fits(kernel, T, K, V),
+    )
     run = ReachRun(plan, max(seconds, 0.0))
     reach_started = time.perf_counter()
     reached = {"T": 0, "K": 0, "items": 0}
@@ -266,10 +273,11 @@ def _reach(
         if not verdicts[name].ok:
             continue
         prop = properties[name]
-        spec = reach_spec(kernel, item.size, search.seed)
+        spec = family.reach_case(kernel, item.size, search.seed)
         listener.case_started(name, repr(spec))
         item_started = time.perf_counter()
         verdict = verdicts[name]
+        decided = True
         try:
             result = check_property(prop, spec, kernel, directory=search.failures_dir, steer=False)
         except PropertyViolation as exc:
@@ -292,9 +300,11 @@ def _reach(
                 record_of(kernel, spec, result, time.perf_counter() - item_started)
             )
             verdict = verdict.counted(result)
+            # A bound that certified nothing here certifies nothing at larger sizes either.
+            decided = result.status != "ill_conditioned"
             if result.status != "not_applicable":
                 reached.update(T=max(reached["T"], spec.T), K=max(reached["K"], spec.K, spec.V))
-        run.record(item, time.perf_counter() - item_started)
+        run.record(item, time.perf_counter() - item_started, decided=decided)
         reached["items"] += 1
         _settle(verdicts, verdict, item_started, listener)
         if search.fail_fast and not verdict.ok:
@@ -419,7 +429,9 @@ def search_property(
     failure: PropertyViolation | None = None
     note = ""
     try:
-        search()
+        # The same cases for the same seed in a child process as in this one (`seeded_draws`).
+        with seeded_draws():
+            search()
     except PropertyViolation as exc:
         # Hypothesis re-raises the shrunk example's violation: that is the minimal case.
         failure = exc

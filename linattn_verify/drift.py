@@ -184,8 +184,6 @@ def drift_variants(kernel: Any, settings: DriftSettings) -> list[Variant]:
         InvalidArgument: naming ``dtypes`` or ``state_dtypes`` when the kernel declares no such
             dtype or takes no ``state_dtype=`` option.
     """
-    from linattn_verify.drift_families import state_dtype_kernel
-
     missing = [d for d in settings.dtypes if d not in kernel.capabilities.dtypes]
     if missing:
         raise InvalidArgument(
@@ -199,6 +197,31 @@ def drift_variants(kernel: Any, settings: DriftSettings) -> list[Variant]:
     return out
 
 
+def state_dtype_kernel(kernel: Any, state_dtype: str) -> Any:
+    """``kernel`` reading its state in ``state_dtype``, its recipe declaring it.
+
+    ``"float32"`` is the kernel as declared. The others need a kernel with a ``state_dtype=``
+    option: the torch chunk references (``torch/chunk``, ``torch/delta.chunk``).
+
+    Raises:
+        InvalidArgument: naming ``state_dtypes`` for any other kernel.
+    """
+    from linattn_verify.delta import reference_kernels as delta_refs
+    from linattn_verify.reference_kernels import Float32ChunkReference, with_state_dtype
+
+    if state_dtype == "float32":
+        return kernel
+    if isinstance(kernel.fn, Float32ChunkReference):
+        return with_state_dtype(kernel, state_dtype)
+    if kernel.fn is delta_refs.delta_chunk_torch:
+        return delta_refs.with_state_dtype(kernel, state_dtype)
+    raise InvalidArgument(
+        f"Got state_dtypes={state_dtype!r}, but {kernel.name} has no state_dtype= option "
+        "(torch/chunk and torch/delta.chunk have one); its state is what its recipe declares, "
+        "so measure it with state_dtypes float32."
+    )
+
+
 def prepare_drift(kernel: Any, settings: DriftSettings) -> tuple[Any, list[Variant]]:
     """Check that ``kernel`` can be measured as ``settings`` ask: its driver and variants.
 
@@ -206,9 +229,9 @@ def prepare_drift(kernel: Any, settings: DriftSettings) -> tuple[Any, list[Varia
         InvalidArgument: naming the setting the kernel cannot take (a dtype, state dtype or
             gate it does not declare, a family or option drift does not cover).
     """
-    from linattn_verify.drift_families import driver_for
+    from linattn_verify.core.family import family_of
 
-    return driver_for(kernel, settings), drift_variants(kernel, settings)
+    return family_of(kernel).drift_driver(kernel, settings), drift_variants(kernel, settings)
 
 
 def measure_drift(
@@ -377,5 +400,6 @@ __all__ = [
     "growth_exponent",
     "measure_drift",
     "prepare_drift",
+    "state_dtype_kernel",
     "tensor_drift",
 ]

@@ -1,7 +1,7 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """What `linattn_verify.drift` needs from each family: inputs, problems, O(T) bounds.
 
-A driver per family (`driver_for`, through `linattn_verify.families.Family.drift_driver`):
+A driver per family (`linattn_verify.core.Family.drift_driver`):
 it draws the realistic inputs of `linattn_verify.drift`'s docstring once, and measures one
 (variant, T) point: builds the problem from the prefix, checks the kernel declares it, calls it
 and judges ``o`` and the final state against the oracle and the bound of the variant's own recipe.
@@ -185,41 +185,4 @@ def _judged(
 Driver = LinearDriver | DeltaDriver
 
 
-def driver_for(kernel: Any, settings: DriftSettings) -> Driver:
-    """The driver of ``kernel``'s family (`linattn_verify.families.Family.drift_driver`).
-
-    Raises:
-        InvalidArgument: for a kernel of no family, or one its family's driver cannot drive.
-    """
-    from linattn_verify.families import family_of
-
-    driver: Driver = family_of(kernel).drift_driver(kernel, settings)
-    return driver
-
-
-def state_dtype_kernel(kernel: Any, state_dtype: str) -> Any:
-    """``kernel`` reading its state in ``state_dtype``, its recipe declaring it.
-
-    ``"float32"`` is the kernel as declared. The others need a kernel with a ``state_dtype=``
-    option: the torch chunk references (``torch/chunk``, ``torch/delta.chunk``).
-
-    Raises:
-        InvalidArgument: naming ``state_dtypes`` for any other kernel.
-    """
-    from linattn_verify.delta import reference_kernels as delta_refs
-    from linattn_verify.reference_kernels import Float32ChunkReference, with_state_dtype
-
-    if state_dtype == "float32":
-        return kernel
-    if isinstance(kernel.fn, Float32ChunkReference):
-        return with_state_dtype(kernel, state_dtype)
-    if kernel.fn is delta_refs.delta_chunk_torch:
-        return delta_refs.with_state_dtype(kernel, state_dtype)
-    raise InvalidArgument(
-        f"Got state_dtypes={state_dtype!r}, but {kernel.name} has no state_dtype= option "
-        "(torch/chunk and torch/delta.chunk have one); its state is what its recipe declares, "
-        "so measure it with state_dtypes float32."
-    )
-
-
-__all__ = ["DeltaDriver", "Driver", "LinearDriver", "driver_for", "state_dtype_kernel"]
+__all__ = ["DeltaDriver", "Driver", "LinearDriver"]

@@ -76,10 +76,9 @@ def _safe(name: str) -> str:
 
 def _problem_tensors(problem: Any) -> dict[str, torch.Tensor]:
     tensors = dict(problem.inputs())
-    if problem.cu_seqlens is not None:
-        tensors["cu_seqlens"] = problem.cu_seqlens
-    if getattr(problem, "feature_weights", None) is not None:
-        tensors["feature_weights"] = problem.feature_weights
+    for extra in ("cu_seqlens", "feature_weights"):  # the tensors of a problem that are no input
+        if getattr(problem, extra, None) is not None:
+            tensors[extra] = getattr(problem, extra)
     return tensors
 
 
@@ -116,7 +115,7 @@ def save_failure(
     """
     import torch
 
-    from linattn_verify.families import is_case
+    from linattn_verify.core.family import is_case
 
     if not isinstance(result, PropertyResult):
         raise InvalidArgument(f"Expected a PropertyResult but got result={result!r}.")
@@ -174,7 +173,7 @@ class SavedFailure:
 
     def problem(self) -> Any:
         """Return the problem made of the saved tensors (the exact inputs of the failure)."""
-        from linattn_verify.families import family_of
+        from linattn_verify.core.family import family_of
 
         return family_of(self.spec).problem_from_tensors(self.inputs, self.spec)
 
@@ -187,7 +186,7 @@ def load_failure(path: str | os.PathLike[str]) -> SavedFailure:
     """
     import torch
 
-    from linattn_verify.families import family_named
+    from linattn_verify.core.family import family_named
 
     if not isinstance(path, str | os.PathLike):
         raise InvalidArgument(f"Expected a path but got path={path!r}.")
@@ -285,7 +284,7 @@ def replay(
     if saved.kernel in kernels:
         kernel = kernels[saved.kernel]
     elif saved.kernel_source is not None:
-        from linattn_verify.families import source_from_json
+        from linattn_verify.core.family import source_from_json
 
         kernel = source_from_json(saved.kernel_source).load()
     else:

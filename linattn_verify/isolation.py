@@ -26,8 +26,8 @@ from linattn_verify.checking import (
     SearchSettings,
     check_kernel,
 )
+from linattn_verify.core.family import KernelSource
 from linattn_verify.results import CaseRecord, PropertyVerdict
-from linattn_verify.targets import KernelSource
 
 SILENCE_FACTOR = 10
 """A child silent for this many per-call timeouts (at least `MIN_SILENCE` s) is hung."""
@@ -56,7 +56,7 @@ class _QueueListener(CheckListener):
 
 def _child(source: KernelSource, names: Sequence[str], search: SearchSettings, events: Any) -> None:
     """The child process: load the kernel, check ``names``, report the end."""
-    from linattn_verify.families import family_of
+    from linattn_verify.core.family import family_of
 
     kernel = source.load()
     catalogue = family_of(kernel).properties()

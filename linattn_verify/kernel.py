@@ -109,7 +109,8 @@ class Capabilities:
             chunk form's bounds charge each output the rounding of its whole chunk.
             Default: `False`.
         layout_exact: Promises bit-identical results whatever the memory layout of its inputs
-            (strided, sliced views); otherwise layouts are judged within B + B. Default: `False`.
+            and cotangents (strided, sliced, expanded views; with ``deterministic``); otherwise
+            layouts are judged within B + B. Default: `False`.
         scales: The only scales it takes, of ``"default"`` (K^-1/2) and ``"one"`` (1), or `()`
             for any scale (FLA's ``parallel_rebased`` takes K^-1/2 or 1: ``use_scale``).
             Default: `()`.

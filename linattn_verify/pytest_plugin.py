@@ -41,6 +41,7 @@ xdist, nothing changes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shutil
@@ -103,6 +104,7 @@ _FAILURES_DIR = pytest.StashKey[Path]()
 _PREVIOUS_DIR = pytest.StashKey["Path | None"]()
 _HEADROOM = pytest.StashKey["Headroom"]()
 _STOP_OBSERVING = pytest.StashKey["Callable[[], None]"]()
+_SEEDED_DRAWS = pytest.StashKey["contextlib.ExitStack"]()
 _WORKER_KEY = "linattn_verify_headroom"
 HEADROOM_TITLE = "linattn-verify: worst headroom per kernel"
 
@@ -299,6 +301,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_PREVIOUS_DIR] = failures._directory
     config.stash[_FAILURES_DIR] = directory
     failures.set_failures_directory(directory)
+    if settings.default is not None and settings.default.derandomize:
+        # A derandomized profile (``ci``) promises the same examples on every run; Hypothesis's
+        # constants of the loaded modules would make them depend on what each xdist worker
+        # happened to import first (`linattn_verify.core.draws`).
+        from linattn_verify.core.draws import seeded_draws
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(seeded_draws())
+        config.stash[_SEEDED_DRAWS] = stack
     headroom = Headroom()
     _ACTIVE.append(headroom)
     config.stash[_HEADROOM] = headroom
@@ -311,6 +322,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Restore the failures directory, stop observing (pytester nests sessions in a process)."""
+    if _SEEDED_DRAWS in config.stash:
+        config.stash[_SEEDED_DRAWS].close()
     if _STOP_OBSERVING in config.stash:
         config.stash[_STOP_OBSERVING]()
         if config.stash[_HEADROOM] in _ACTIVE:

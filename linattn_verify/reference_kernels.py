@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from linattn_verify.core.memory import contiguous_cotangent
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.oracles._sequence import (
     SequenceResult,
@@ -105,8 +106,9 @@ def convention_kernel(
     """Wrap ``impl(problem)`` in the calling convention, with the configurable keywords.
 
     With ``contiguous`` the inputs are made contiguous first, as most kernels do (FLA's
-    ``input_guard``): torch's reductions would otherwise follow the input strides and round
-    differently per layout, and the contract asks for bit-identical results whatever the strides.
+    ``input_guard``), and so are the cotangents the backward receives (`contiguous_cotangent`):
+    torch's reductions would otherwise follow the strides and round differently per layout,
+    and the contract asks for bit-identical results whatever the strides.
     """
 
     def kernel(
@@ -127,6 +129,12 @@ def convention_kernel(
         if contiguous:
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             g = None if g is None else g.contiguous()
+            if initial_state is not None:
+                initial_state = (
+                    tuple(x.contiguous() for x in initial_state)
+                    if isinstance(initial_state, tuple | list)
+                    else initial_state.contiguous()
+                )
         problem = validate_problem(
             q,
             k,
@@ -141,7 +149,10 @@ def convention_kernel(
             cu_seqlens=cu_seqlens,
             feature_weights=feature_weights,
         )
-        return impl(problem)
+        o, state = impl(problem)
+        if contiguous:
+            return contiguous_cotangent(o), contiguous_cotangent(state)
+        return o, state
 
     kernel.__name__ = getattr(impl, "__name__", "kernel")
     kernel.__qualname__ = kernel.__name__

@@ -9,7 +9,6 @@ arguments and returns a `Kernel` or an iterable of them.
 from __future__ import annotations
 
 import fnmatch
-import functools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from importlib import metadata
@@ -51,7 +50,6 @@ exact zeros, decays from exp of pairwise differences) and results independent of
 layout (every load goes through the strides)."""
 
 ENTRY_POINT_GROUP = "linattn_verify.kernels"
-PROPERTIES_ENTRY_POINT_GROUP = "linattn_verify.properties"
 
 AnyKernel = Kernel | DeltaKernel
 """A kernel of one of the families."""
@@ -63,17 +61,25 @@ _LOADED = False
 def register(kernel: AnyKernel, *, replace: bool = False) -> AnyKernel:
     """Add ``kernel`` to the registry (names must be unique unless ``replace``) and return it.
 
-    A kernel of any family (`Kernel`, `linattn_verify.delta.DeltaKernel`); names are unique
-    across families.
+    A kernel of any installed family (`Kernel`, `linattn_verify.delta.DeltaKernel`, a plug-in
+    family's); names are unique across families.
     """
-    if not isinstance(kernel, Kernel | DeltaKernel):
+    if not _is_kernel(kernel):
         raise InvalidArgument(
-            f"Expected a linattn_verify.Kernel or DeltaKernel but got {type(kernel).__name__}."
+            f"Expected a kernel of a family (a linattn_verify.Kernel, a DeltaKernel, or a kernel "
+            f"whose family is installed) but got {type(kernel).__name__}."
         )
     if kernel.name in _REGISTERED and not replace:
         raise InvalidArgument(f"Got kernel name {kernel.name!r}, but it is already registered.")
     _REGISTERED[kernel.name] = kernel
     return kernel
+
+
+def _is_kernel(thing: object) -> bool:
+    """Whether ``thing`` is a kernel of an installed family (`linattn_verify.core.FamilyKernel`)."""
+    from linattn_verify.core.family import FamilyKernel, families
+
+    return isinstance(thing, FamilyKernel) and thing.family in families()
 
 
 def triton_kernels() -> list[Kernel]:
@@ -147,7 +153,7 @@ def _load() -> None:
         _REGISTERED.setdefault(kernel.name, kernel)
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         offered = entry.load()()
-        for kernel in [offered] if isinstance(offered, Kernel | DeltaKernel) else list(offered):
+        for kernel in [offered] if _is_kernel(offered) else list(offered):
             register(kernel)
 
 
@@ -183,27 +189,23 @@ def kernels_matching(names: Iterable[str], family: str | None = None) -> list[An
     return chosen
 
 
-def registered_properties() -> dict[str, PropertyFunction]:
-    """Return the per-kernel properties offered through ``linattn_verify.properties``.
+def registered_properties(family: str = "linear_attn") -> dict[str, PropertyFunction]:
+    """Return the per-kernel properties of ``family`` (`linattn_verify.core.Family.properties`).
 
-    Each entry point names a callable returning ``{name: property_function}``; the project's own
-    catalogue (`linattn_properties.catalogue`) is one of them. The entry points are read once
-    per process; each call returns a fresh dict.
+    Each entry point of ``linattn_verify.properties.<family>`` names a callable returning
+    ``{name: property_function}``; the project's own catalogue (`linattn_properties.catalogue`)
+    is one of them. Each call returns a fresh dict.
+
+    Raises:
+        InvalidArgument: if ``family`` names no family.
     """
-    return dict(_properties())
+    from linattn_verify.core.family import family_named
 
-
-@functools.cache
-def _properties() -> dict[str, PropertyFunction]:
-    found: dict[str, PropertyFunction] = {}
-    for entry in metadata.entry_points(group=PROPERTIES_ENTRY_POINT_GROUP):
-        found.update(entry.load()())
-    return found
+    return family_named(family).properties()
 
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "PROPERTIES_ENTRY_POINT_GROUP",
     "delta_triton_kernels",
     "get_kernel",
     "kernels_matching",

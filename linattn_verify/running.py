@@ -22,14 +22,14 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from linattn_verify.core.draws import seeded_draws
+from linattn_verify.core.family import families, family_of, is_case
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.failures import PropertyFn, failures_directory, save_failure
-from linattn_verify.families import FAMILIES, family_of, is_case
-from linattn_verify.kernel import Kernel
 from linattn_verify.observe import notify
 from linattn_verify.registry import AnyKernel, registered_kernels
 from linattn_verify.results import CaseRecord, PropertyResult
@@ -205,24 +205,6 @@ class GroupSettings:
     side_by_side: int = 0
 
 
-def takes_gates(kernel: Kernel, gates: Sequence[Gate]) -> bool:
-    """Whether ``kernel`` has cases with one of ``gates``.
-
-    A kernel with a data-dependent decay declares the gate shapes it takes; any other (no decay,
-    or a fixed one) counts as scalar.
-    """
-    cap = kernel.capabilities
-    declared = cap.gates if cap.decay and kernel.implied_decay is None else ("scalar",)
-    return any(g in declared for g in gates)
-
-
-def with_gates(kernel: Kernel, gates: Sequence[Gate]) -> Kernel:
-    """``kernel`` drawing only the gate shapes of ``gates`` among those it declares."""
-    cap = kernel.capabilities
-    kept = tuple(g for g in cap.gates if g in gates) or cap.gates
-    return replace(kernel, capabilities=replace(cap, gates=kept))
-
-
 def select_kernels(patterns: Sequence[str]) -> list[AnyKernel]:
     """Return the kernels whose names match a glob in ``patterns``.
 
@@ -237,7 +219,7 @@ def select_kernels(patterns: Sequence[str]) -> list[AnyKernel]:
     fla_wanted = any(fnmatch.fnmatch("fla/", p.split("/")[0] + "/") for p in patterns)
     fla_installed = importlib.util.find_spec("fla") is not None
     if fla_wanted and fla_installed:
-        for family in FAMILIES.values():
+        for family in families().values():
             for kernel in family.library_kernels("fla"):
                 candidates.setdefault(kernel.name, kernel)
     chosen = [k for n, k in candidates.items() if any(fnmatch.fnmatch(n, p) for p in patterns)]
@@ -322,8 +304,9 @@ def run_group(
 def drawn_cases(strategy: Any, examples: int, seed_value: int) -> list[Any]:
     """The cases Hypothesis draws from ``strategy`` with this seed, ``examples`` at most.
 
-    The draw does not depend on what is done with the cases (nothing steers it), so the same
-    strategy and seed give the same list in every process.
+    The draw does not depend on what is done with the cases (nothing steers it) nor on the
+    modules the process has loaded (`seeded_draws`), so the same strategy and seed give the same
+    list in every process.
     """
     from hypothesis import Phase, given, seed
     from hypothesis import settings as hypothesis_settings
@@ -341,7 +324,8 @@ def drawn_cases(strategy: Any, examples: int, seed_value: int) -> list[Any]:
     def collect(spec: Any) -> None:
         drawn.append(spec)
 
-    collect()
+    with seeded_draws():
+        collect()
     return drawn
 
 
@@ -441,8 +425,6 @@ __all__ = [
     "select_kernels",
     "send_progress_to",
     "side_by_side_cases",
-    "takes_gates",
     "verify_case",
     "violation",
-    "with_gates",
 ]

@@ -22,25 +22,38 @@ Exit status: 0 when every case passed, 1 when one failed, 2 for usage errors.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from linattn_verify.cli import check, drift, report, run, soak
-from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from linattn_verify.cli._args import (
+    DEFAULT_FAMILY,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    family_in,
+    foreign_flags,
+)
 from linattn_verify.cli.inspect import list_kernels, replay_command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser (exposed for the tests and the docs)."""
+def build_parser(family: str = DEFAULT_FAMILY) -> argparse.ArgumentParser:
+    """Return the argument parser (exposed for the tests and the docs).
+
+    Args:
+        family: The family whose flags ``check`` and ``drift`` take (`family_in` of the command
+            line). Default: ``linear_attn``.
+    """
     parser = argparse.ArgumentParser(
         prog="linattn-verify", description="Verify linear-attention kernels against oracles."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     run.add_parser(sub)
-    check.add_parser(sub)
+    check.add_parser(sub, family)
     report.add_parser(sub)
     soak.add_parser(sub)
-    drift.add_parser(sub)
+    drift.add_parser(sub, family)
     replay = sub.add_parser("replay", help="re-run a saved failure and say if it reproduces")
     replay.add_argument("file", type=Path, help="a saved failure (.json) from a failures directory")
     sub.add_parser("list", help="list the registered kernels and their precision recipes")
@@ -49,7 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``linattn-verify`` console script."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    family = family_in(argv)
+    if argv and argv[0] in ("check", "drift") and (foreign := foreign_flags(argv, family)):
+        print(
+            f"linattn-verify {argv[0]}: error: Got {', '.join(foreign)} with --family {family}: "
+            "each flag describes a kernel of the family named after it.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    args = build_parser(family).parse_args(argv)
     if args.command == "list":
         return list_kernels()
     if args.command == "replay":

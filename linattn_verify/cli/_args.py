@@ -5,56 +5,43 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-
-def csv_of(choices: Sequence[str]) -> Any:
-    def parse(text: str) -> tuple[str, ...]:
-        items = tuple(x.strip() for x in text.split(",") if x.strip())
-        bad = [x for x in items if x not in choices]
-        if not items or bad:
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated subset of {','.join(choices)} but got {text!r}"
-            )
-        return items
-
-    return parse
+DEFAULT_FAMILY = "linear_attn"
 
 
-def globs(text: str) -> tuple[str, ...]:
-    items = tuple(x.strip() for x in text.split(",") if x.strip())
-    if not items:
-        raise argparse.ArgumentTypeError(f"expected comma-separated globs but got {text!r}")
-    return items
+def family_in(argv: Sequence[str]) -> str:
+    """The family a command line names with ``--family`` (`DEFAULT_FAMILY` without one).
+
+    Read before the parser is built, since each family adds its own flags to it. A name that
+    is no family is returned as it is, for ``--family``'s choices to reject.
+    """
+    scan = argparse.ArgumentParser(add_help=False)
+    scan.add_argument("--family", default=DEFAULT_FAMILY)
+    known, _ = scan.parse_known_args(list(argv))
+    return str(known.family)
 
 
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer but got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer but got {text!r}")
-    return value
+def foreign_flags(argv: Sequence[str], family: str) -> list[str]:
+    """Flags in ``argv`` that belong to a family other than ``family``, each naming its owner.
 
+    argparse would call them unrecognized; this says whose they are.
+    """
+    from linattn_verify.core.family import families
 
-def nonnegative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 but got {text!r}")
-    return value
+    def flags_of(name: str) -> set[str]:
+        scratch = argparse.ArgumentParser(add_help=False)
+        families()[name].add_flags(scratch)
+        return {opt for action in scratch._actions for opt in action.option_strings}
 
-
-def nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number but got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 but got {text!r}")
-    return value
+    known = families()
+    own = flags_of(family) if family in known else set()
+    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    found = []
+    for other in sorted(known):
+        if other != family:
+            found += [
+                f"{flag} (--family {other})" for flag in sorted(given & flags_of(other) - own)
+            ]
+    return found

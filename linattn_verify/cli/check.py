@@ -10,72 +10,40 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, get_args
 
-from linattn_verify.cli._args import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    csv_of,
-    nonnegative_float,
-    positive,
-)
-from linattn_verify.families import FAMILIES
+from linattn_verify.cli._args import DEFAULT_FAMILY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from linattn_verify.core.arguments import csv_of, nonnegative_float, positive
+from linattn_verify.core.family import families
 from linattn_verify.typing import (
     FINAL_STATE_DTYPES,
     FORMS,
     KERNEL_DTYPES,
-    Division,
-    FeatureMap,
     ScaleConvention,
 )
 
 
-def add_target_flags(parser: Any, *, dtypes: bool = True) -> None:
-    """Add the flags that describe a ``module:function`` target (``check`` and ``drift``).
+def add_target_flags(parser: Any, family: str, *, dtypes: bool = True) -> None:
+    """Add the flags that describe a ``module:function`` target (``check``, ``drift``, manifests).
 
-    What it computes and supports, the delta family's flags, and its precision recipe.
+    ``--family``, what every family's kernel supports and promises, its precision recipe, and
+    the flags of ``family`` only (`Family.add_flags`): a flag of another family is unknown.
 
     Args:
         parser: The subcommand's parser.
+        family: The family the command line names (`family_in`); an unknown name adds no
+            family's flags, and ``--family``'s choices reject it.
         dtypes: Add ``--dtypes`` too (``drift`` has its own). Default: `True`.
     """
-    sem = parser.add_argument_group("what the kernel computes")
-    sem.add_argument("--normalized", action="store_true", help="output is divided by s q·z + eps")
-    sem.add_argument(
-        "--eps",
-        type=nonnegative_float,
-        default=0.0,
-        help="eps of the normalizer. Default: %(default)r",
+    known = families()
+    parser.add_argument(
+        "--family",
+        choices=sorted(known),
+        default=DEFAULT_FAMILY,
+        help="the function the kernel computes: "
+        + ", ".join(f"'{name}' ({f.description})" for name, f in sorted(known.items()))
+        + ". Each family adds its own flags (see --family NAME --help). Default: %(default)s",
     )
-    sem.add_argument(
-        "--decay",
-        choices=("none", "scalar", "vector", "data"),
-        default="none",
-        help="the log decay g the kernel takes: 'scalar' g [B, T, H] ('data' is an alias), "
-        "'vector' g [B, T, H, K] (a gate per key dimension, GLA's). Default: %(default)r",
-    )
-    sem.add_argument(
-        "--decay-required",
-        action="store_true",
-        help="the kernel takes no g=None (FLA's chunk_gla asserts a gate): no case without "
-        "decay is drawn (g = 0 stands for it)",
-    )
-    sem.add_argument(
-        "--feature-map",
-        choices=get_args(FeatureMap),
-        default="identity",
-        help="feature map the kernel applies itself: elementwise (identity, elu1, relu) or "
-        "lifted (taylor2: Based's 1 + x + x²/2 of x = s q·k; rebased: x²; favor+: Performer's "
-        "exp(Wx - |x|²/2)/√m, with W drawn by the harness and passed as feature_weights=W). "
-        "Default: %(default)r",
-    )
-    sem.add_argument(
-        "--zero-denominator",
-        choices=("zero", "ieee", "any"),
-        default="any",
-        help="what a normalized output is where the exact denominator is exactly 0 (0/0): "
-        "'zero' returns 0, 'ieee' the IEEE quotient (NaN for 0/0, ±inf for x/0), 'any' is not "
-        "judged there. Default: %(default)r",
-    )
+    if family in known:
+        known[family].add_flags(parser)
     cap = parser.add_argument_group("what the kernel supports")
     cap.add_argument("--varlen", action="store_true", help="accepts cu_seqlens")
     cap.add_argument("--no-backward", action="store_true", help="not differentiable")
@@ -90,13 +58,6 @@ def add_target_flags(parser: Any, *, dtypes: bool = True) -> None:
         )
     cap.add_argument(
         "--max-head-dim", type=positive, default=256, help="largest K and V. Default: %(default)r"
-    )
-    cap.add_argument(
-        "--even-head-dims",
-        type=csv_of(KERNEL_DTYPES),
-        default=(),
-        metavar="DTYPES",
-        help="dtypes in which K and V must be even (FLA's 16-bit chunked backward). Default: none",
     )
     cap.add_argument(
         "--scale",
@@ -131,58 +92,9 @@ def add_target_flags(parser: Any, *, dtypes: bool = True) -> None:
     exact.add_argument(
         "--layout-exact",
         action="store_true",
-        help="results are bit-identical whatever the inputs' memory layout (strided, sliced); "
-        "plain PyTorch reductions are not (their order follows the strides)",
-    )
-    delta = parser.add_argument_group("the delta family (--family delta)")
-    delta.add_argument(
-        "--gates",
-        type=csv_of(("none", "scalar", "vector")),
-        default=("none",),
-        help="the gates g it takes: none (DeltaNet: no g argument unless another is listed), "
-        "scalar g [B, T, H] (Gated DeltaNet), vector g [B, T, H, K] (KDA). Default: none",
-    )
-    delta.add_argument(
-        "--l2norm",
-        choices=("both", "on", "off"),
-        default=None,
-        help="values of use_qk_l2norm_in_kernel it takes. Default: both when its signature "
-        "names use_qk_l2norm_in_kernel, else off",
-    )
-    delta.add_argument(
-        "--beta-max",
-        type=float,
-        choices=(1.0, 2.0),
-        default=2.0,
-        help="beta in [0, 1], or [0, 2) (negative eigenvalues). Default: %(default)r",
-    )
-    delta.add_argument(
-        "--any-key-norm",
-        action="store_true",
-        help="keys need not be unit-norm (by default a case with ||k||² > 1 + 2^-6 and no "
-        "in-kernel L2 norm is outside the kernel's contract)",
-    )
-    delta.add_argument(
-        "--inverse-dtype",
-        choices=("none", "input", "float16", "bfloat16"),
-        default="none",
-        help="what the chunk form's triangular inverse is stored in. Default: none (fp32)",
-    )
-    delta.add_argument(
-        "--inverse-method",
-        choices=("substitution", "products"),
-        default="substitution",
-        help="how the chunk form inverts its triangular system: forward substitution, a "
-        "triangular solve or a block merge ('substitution'), or a Neumann/doubling product of "
-        "(I + N^(2^k)) factors ('products'). A general pivoting solver (torch.linalg.inv) is "
-        "charged for any kernel not declaring --causal-exact. Default: %(default)s",
-    )
-    delta.add_argument(
-        "--state-dtype",
-        choices=("none", "input", "float16", "bfloat16"),
-        default="none",
-        help="what the chunk-boundary state is rounded to before the chunk's dots read it. "
-        "Default: none (fp32)",
+        help="results are bit-identical whatever the memory layout of the inputs and the "
+        "cotangents (strided, sliced, expanded); plain PyTorch reductions are not (their order "
+        "follows the strides)",
     )
     rec = parser.add_argument_group("precision recipe (how the kernel rounds)")
     rec.add_argument(
@@ -223,29 +135,10 @@ def add_target_flags(parser: Any, *, dtypes: bool = True) -> None:
         default=1,
         help="roundings to it on one term's path. Default: %(default)r",
     )
-    rec.add_argument(
-        "--naive-elu1",
-        action="store_true",
-        help="elu1 evaluated as elu(x) + 1 (torch's F.elu then +1: an absolute error of 2u, and "
-        "features of x << 0 may round to 0) instead of where(x > 0, x + 1, exp(x))",
-    )
-    rec.add_argument(
-        "--division",
-        choices=get_args(Division),
-        default="full",
-        help="how the normalizer divides: 'full' (fp32 division, 2 ulp), 'rn' (correctly "
-        "rounded), 'reciprocal' (1/Z, then a multiply). Default: %(default)s",
-    )
-    rec.add_argument(
-        "--division-dtype",
-        choices=("float32", "input"),
-        default="float32",
-        help="dtype the division (or reciprocal and multiply) is computed in. Default: %(default)s",
-    )
 
 
-def add_parser(sub: Any) -> None:
-    """Add the ``check`` subcommand."""
+def add_parser(sub: Any, family: str) -> None:
+    """Add the ``check`` subcommand, with the flags of ``family`` (`family_in`)."""
     check = sub.add_parser(
         "check",
         help="validate a third-party kernel against the property catalogue",
@@ -256,16 +149,7 @@ def add_parser(sub: Any) -> None:
         "use_qk_l2norm_in_kernel) (the delta rule, FLA's convention).",
     )
     check.add_argument("target", metavar="TARGET")
-    check.add_argument(
-        "--family",
-        choices=sorted(FAMILIES),
-        default="linear_attn",
-        help="the function the kernel computes: 'linear_attn' (linear attention, the flags "
-        "below) or 'delta' (the delta rule in FLA's convention fn(q, k, v[, g], beta, *, scale, "
-        "initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel), the flags of "
-        "'the delta family'). Default: %(default)s",
-    )
-    add_target_flags(check)
+    add_target_flags(check, family)
     run = check.add_argument_group("the search")
     run.add_argument(
         "--budget",
@@ -321,8 +205,8 @@ def command(args: argparse.Namespace) -> int:
     import tempfile
 
     from linattn_verify.checking import CheckListener, SearchSettings, check_kernel
+    from linattn_verify.core.family import family_named
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.families import family_named
     from linattn_verify.isolation import check_isolated
     from linattn_verify.progress import Progress
     from linattn_verify.results import CaseRecord, PropertyVerdict
@@ -368,6 +252,8 @@ def command(args: argparse.Namespace) -> int:
     # The bar counts the budget's seconds (the search is driven by time, not by a count).
     bar = Progress("check", None, verbose=args.verbose, unit="examples", budget=args.budget)
 
+    delivered: set[PropertyVerdict] = set()
+
     class Printer(CheckListener):
         def progress(self, line: str) -> None:
             if args.verbose:
@@ -378,7 +264,9 @@ def command(args: argparse.Namespace) -> int:
             bar.advance(failed=not record.ok, line=progress_line(record))
 
         def verdict(self, verdict: PropertyVerdict) -> None:
+            # As they settle, so the document on disk is live during a long check.
             writer.add_verdict(verdict)
+            delivered.add(verdict)
 
     search = SearchSettings(
         budget=args.budget,
@@ -394,8 +282,9 @@ def command(args: argparse.Namespace) -> int:
         else:
             report = check_kernel(kernel, properties, search, listener=Printer())
     for verdict in report.verdicts:
-        # The settled verdicts: "not_run" and "not_applicable" are decided at the end.
-        writer.add_verdict(verdict)
+        # Those decided at the end ("not_run", "not_applicable"), each verdict once.
+        if verdict not in delivered:
+            writer.add_verdict(verdict)
     document = writer.finish(render=not args.no_render)
     if args.json:
         print(json.dumps(document, default=str))
@@ -466,80 +355,3 @@ def _check_writer(args: argparse.Namespace, report_dir: Path, kernel: Any, sourc
     )
     writer.add_kernel(kernel)
     return writer
-
-
-def kernel_source(args: argparse.Namespace, *, on_cuda: bool) -> Any:
-    """The kernel under test as ``check``'s flags and its signature describe it (`KernelSource`).
-
-    Raises:
-        InvalidArgument: naming the flag that does not fit the family, or the parameter the
-            kernel's signature lacks for what was declared.
-    """
-    from linattn_verify.errors import InvalidArgument
-    from linattn_verify.kernel import Capabilities
-    from linattn_verify.recipe import PrecisionRecipe
-    from linattn_verify.signature import check_call, declared_capabilities, fit_flags
-    from linattn_verify.targets import KernelSource, load_kernel_function
-
-    delta_only = {
-        "--gates": tuple(args.gates) != ("none",),
-        "--l2norm": args.l2norm is not None,
-        "--beta-max": args.beta_max != 2.0,
-        "--any-key-norm": args.any_key_norm,
-        "--inverse-dtype": args.inverse_dtype != "none",
-        "--inverse-method": args.inverse_method != "substitution",
-        "--state-dtype": args.state_dtype != "none",
-    }
-    if given := [flag for flag, used in delta_only.items() if used]:
-        raise InvalidArgument(
-            f"Got {', '.join(given)} without --family delta: those describe a delta-rule kernel "
-            "(a linear-attention kernel's gate is --decay)."
-        )
-    dot = args.dot_precision or ("tf32" if on_cuda else "ieee")
-    # argparse restricted these strings to the recipe's choices; PrecisionRecipe rechecks.
-    recipe = PrecisionRecipe.from_dict(
-        {
-            "form": args.form,
-            "chunk_size": args.chunk_size,
-            "accumulation": args.accumulation or ("mma" if on_cuda and dot != "ieee" else "ieee"),
-            "dot_precision": dot,
-            "intermediate_dtype": None
-            if args.intermediate_dtype == "none"
-            else args.intermediate_dtype,
-            "casts_on_path": 0 if args.intermediate_dtype == "none" else args.casts,
-            "decay_scan": {"recurrent": "per_step", "parallel": "global"}.get(
-                args.form or "", "chunk_local"
-            ),
-            "division": args.division,
-            "division_dtype": args.division_dtype,
-            "naive_elu1": args.naive_elu1,
-        }
-    )
-    fn = load_kernel_function(args.target)
-    _, fitted = fit_flags(fn, args)
-    capabilities = Capabilities(
-        normalize=(args.normalized,),
-        eps=args.eps if args.normalized else 0.0,
-        feature_maps=(args.feature_map,),
-        decay=args.decay != "none",
-        gates=("vector",) if args.decay == "vector" else ("scalar",),
-        decay_required=args.decay_required,
-        backward=not args.no_backward,
-        even_head_dims=args.even_head_dims,
-        layout_exact=args.layout_exact,
-        zero_denominator=args.zero_denominator,
-        **declared_capabilities(args, fitted),
-    )
-    positional = ["q", "k", "v"] + (["g"] if capabilities.decay else [])
-    keywords = [name for name, fit in fitted.items() if fit.supported]
-    keywords += ["feature_weights"] if args.feature_map == "favor+" else []
-    convention = "fn(q, k, v[, g], *, scale, initial_state, output_final_state[, cu_seqlens])"
-    check_call(fn, positional, keywords, convention)
-    return KernelSource(
-        target=args.target,
-        capabilities=capabilities,
-        recipe=recipe,
-        form=args.form,
-        timeout=args.timeout,
-        inferred=tuple(fit.note for fit in fitted.values() if fit.note),
-    )

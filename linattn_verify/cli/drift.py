@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE, nonnegative_float, positive
-from linattn_verify.families import FAMILIES
+from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from linattn_verify.core.arguments import nonnegative_float, positive
 
 DTYPE_ALIASES = {
     "fp32": "float32",
@@ -41,7 +41,7 @@ def power_of_two(text: str) -> int:
     return value
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, family: str) -> None:
     """Add the ``drift`` subcommand."""
     drift = sub.add_parser(
         "drift",
@@ -98,16 +98,10 @@ def add_parser(sub: Any) -> None:
         help="directory for drift.json, drift.md, drift.png. Default: %(default)s",
     )
     drift.add_argument("-v", "--verbose", action="store_true", help="print a line per point")
-    drift.add_argument(
-        "--family",
-        choices=sorted(FAMILIES),
-        default="linear_attn",
-        help="(a target) the function it computes, as for check. Default: %(default)s",
-    )
     from linattn_verify.cli.check import add_target_flags
 
     # check's own flags describe a target, parsed and defaulted alike; drift has its --dtypes.
-    add_target_flags(drift, dtypes=False)
+    add_target_flags(drift, family, dtypes=False)
 
 
 def _target_flags_given(args: argparse.Namespace, parser_defaults: dict[str, Any]) -> list[str]:
@@ -123,12 +117,12 @@ def load_kernel(args: argparse.Namespace) -> Any:
     """
     import torch
 
+    from linattn_verify.core.family import family_named
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.families import family_named
     from linattn_verify.registry import get_kernel
 
     if ":" not in args.kernel:
-        defaults = _target_defaults()
+        defaults = _target_defaults(args.family)
         if given := _target_flags_given(args, defaults):
             raise InvalidArgument(
                 f"Got {', '.join(given)} with the registered kernel {args.kernel!r}: those flags "
@@ -145,12 +139,12 @@ def load_kernel(args: argparse.Namespace) -> Any:
     return source.load()
 
 
-def _target_defaults() -> dict[str, Any]:
+def _target_defaults(family: str) -> dict[str, Any]:
     """The defaults of the target flags: a registered kernel must leave them all as they are."""
     from linattn_verify.cli.check import add_target_flags
 
     scratch = argparse.ArgumentParser(add_help=False)
-    add_target_flags(scratch, dtypes=False)
+    add_target_flags(scratch, family, dtypes=False)
     return vars(scratch.parse_args([])) | {"family": "linear_attn"}
 
 

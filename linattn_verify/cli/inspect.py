@@ -11,9 +11,9 @@ from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 def replay_command(path: Path) -> int:
     """``linattn-verify replay FILE``."""
+    from linattn_verify.core.family import family_of
     from linattn_verify.errors import InvalidArgument
     from linattn_verify.failures import load_failure, replay
-    from linattn_verify.families import family_of
     from linattn_verify.registry import registered_kernels
     from linattn_verify.running import select_kernels
 
@@ -38,12 +38,12 @@ def replay_command(path: Path) -> int:
 
 def list_kernels() -> int:
     """``linattn-verify list``."""
-    from linattn_verify.families import FAMILIES
+    from linattn_verify.core.family import families
     from linattn_verify.running import select_kernels
     from linattn_verify.typing import torch_dtype
 
     print("families:")
-    for family in FAMILIES.values():
+    for family in families().values():
         print(f"  {family.name}: {family.description} ({len(family.properties())} properties)")
     for kernel in select_kernels(["*"]):
         name = kernel.name

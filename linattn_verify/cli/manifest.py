@@ -49,14 +49,12 @@ class _Parser(argparse.ArgumentParser):
         raise InvalidArgument(message)
 
 
-def _declaration_parser() -> argparse.ArgumentParser:
+def _declaration_parser(family: str) -> argparse.ArgumentParser:
     from linattn_verify.cli.check import add_target_flags
-    from linattn_verify.families import FAMILIES
 
     parser = _Parser(prog="manifest", add_help=False)
     parser.add_argument("target")
-    parser.add_argument("--family", choices=sorted(FAMILIES), default="linear_attn")
-    add_target_flags(parser)
+    add_target_flags(parser, family)
     # What `source_from_args` reads besides the declaration: the per-call timeout.
     parser.set_defaults(timeout=60.0)
     return parser
@@ -91,10 +89,14 @@ class ManifestEntry:
         Raises:
             InvalidArgument: naming the entry, if its flags or its target are wrong.
         """
-        from linattn_verify.families import family_named
+        from linattn_verify.cli._args import family_in, foreign_flags
+        from linattn_verify.core.family import family_named
 
         try:
-            args = _declaration_parser().parse_args(self.argv)
+            family = family_in(self.argv)
+            if foreign := foreign_flags(self.argv, family):
+                raise InvalidArgument(f"Got {', '.join(foreign)} with --family {family}.")
+            args = _declaration_parser(family).parse_args(self.argv)
             return family_named(args.family).source_from_args(args, on_cuda=on_cuda)
         except InvalidArgument as exc:
             raise InvalidArgument(f"manifest kernel {self.name!r}: {exc}") from None

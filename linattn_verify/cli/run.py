@@ -10,15 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from linattn_verify.cli._args import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    csv_of,
-    globs,
-    nonnegative,
-    positive,
-)
+from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from linattn_verify.core.arguments import csv_of, globs, nonnegative, positive
 from linattn_verify.progress import Progress
 from linattn_verify.results import FAIL_THRESHOLD, CaseRecord
 from linattn_verify.typing import GATES, KERNEL_DTYPES
@@ -93,8 +86,8 @@ def add_parser(sub: Any) -> None:
 def command(args: argparse.Namespace) -> int:
     """``linattn-verify run``."""
     from linattn_verify._device import environment
+    from linattn_verify.core.family import family_of
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.families import family_of
     from linattn_verify.running import GroupSettings, select_kernels
 
     try:

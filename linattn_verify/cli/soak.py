@@ -8,14 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from linattn_verify.cli._args import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    globs,
-    nonnegative_float,
-    positive,
-)
+from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from linattn_verify.core.arguments import globs, nonnegative, nonnegative_float, positive
 from linattn_verify.soak import DEFAULT_CHUNK_EXAMPLES, DEFAULT_KERNELS, DEFAULT_STATE
 
 
@@ -24,16 +18,6 @@ def _names(text: str) -> tuple[str, ...]:
     if not items:
         raise argparse.ArgumentTypeError(f"expected comma-separated names but got {text!r}")
     return items
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 but got {text!r}")
-    return value
 
 
 def add_parser(sub: Any) -> None:
@@ -106,7 +90,7 @@ def add_parser(sub: Any) -> None:
     )
     soak.add_argument(
         "--seed",
-        type=_seed,
+        type=nonnegative,
         default=None,
         help="base seed of a new state file (a resumed one keeps its own). Default: 0",
     )
@@ -147,8 +131,8 @@ def command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from linattn_verify.cli.manifest import manifest_kernels
+    from linattn_verify.core.family import family_of
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.families import family_of
     from linattn_verify.progress import Progress
     from linattn_verify.running import select_kernels
     from linattn_verify.soak import (

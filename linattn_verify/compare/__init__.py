@@ -12,19 +12,22 @@ renders any of them the way torch.testing does:
 """
 
 from linattn_verify.compare.bitwise import bitwise_mismatch, compare_bitwise
-from linattn_verify.compare.message import mismatch_message, summary_line
 from linattn_verify.compare.oracle import (
+    OracleJudgement,
     assert_linattn_close,
     check_against_oracle,
     compare,
     compare_within,
+    judge_against_oracle,
 )
 from linattn_verify.compare.pairwise import Side, compare_pair
 from linattn_verify.results import FAIL_THRESHOLD, Comparison
+from linattn_verify.results.message import mismatch_message, summary_line
 
 __all__ = [
     "FAIL_THRESHOLD",
     "Comparison",
+    "OracleJudgement",
     "Side",
     "assert_linattn_close",
     "bitwise_mismatch",
@@ -33,6 +36,7 @@ __all__ = [
     "compare_bitwise",
     "compare_pair",
     "compare_within",
+    "judge_against_oracle",
     "mismatch_message",
     "summary_line",
 ]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 
@@ -282,7 +283,15 @@ def compare_within(
     return compare(actual, tb, subject=subject)
 
 
-def check_against_oracle(
+class OracleJudgement(NamedTuple):
+    """What judging one kernel run against the oracle found: the parts of a `PropertyResult`."""
+
+    comparisons: tuple[Comparison, ...]
+    findings: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def judge_against_oracle(
     problem: Problem,
     o: object,
     final_state: object = None,
@@ -292,12 +301,16 @@ def check_against_oracle(
     do: torch.Tensor | None = None,
     d_final_state: object = None,
     name: str = "kernel",
-    property: str = "outputs_match_oracle",
     zero_denominator: ZeroDenominator = "zero",
     causal_exact: bool = True,
     final_state_dtype: FinalStateDtype = "float32",
-) -> PropertyResult:
-    """Judge a kernel's outputs (and gradients) against the oracle; see `assert_linattn_close`."""
+) -> OracleJudgement:
+    """Compare a kernel's outputs (and gradients) with the oracle's bounds, once.
+
+    The comparisons, the findings no comparison carries (a missing state, a wrong dtype) and the
+    notes; `check_against_oracle` makes them a `PropertyResult`, and a property its own
+    (`linattn_properties.oracle`). Arguments as `assert_linattn_close`.
+    """
     if not isinstance(problem, Problem):
         raise InvalidArgument(
             "Expected problem to be a Problem (from validate_problem) but got "
@@ -362,14 +375,46 @@ def check_against_oracle(
             f"depend on them); declared zero_denominator={zero_denominator!r}: "
             f"{DECLARED_VALUE[zero_denominator]}"
         )
+    return OracleJudgement(tuple(comparisons), tuple(findings), tuple(notes))
+
+
+def check_against_oracle(
+    problem: Problem,
+    o: object,
+    final_state: object = None,
+    *,
+    recipe: PrecisionRecipe,
+    grads: Mapping[str, torch.Tensor | None] | None = None,
+    do: torch.Tensor | None = None,
+    d_final_state: object = None,
+    name: str = "kernel",
+    property: str = "outputs_match_oracle",
+    zero_denominator: ZeroDenominator = "zero",
+    causal_exact: bool = True,
+    final_state_dtype: FinalStateDtype = "float32",
+) -> PropertyResult:
+    """Judge a kernel's outputs (and gradients) against the oracle; see `assert_linattn_close`."""
+    judgement = judge_against_oracle(
+        problem,
+        o,
+        final_state,
+        recipe=recipe,
+        grads=grads,
+        do=do,
+        d_final_state=d_final_state,
+        name=name,
+        zero_denominator=zero_denominator,
+        causal_exact=causal_exact,
+        final_state_dtype=final_state_dtype,
+    )
     return PropertyResult(
         property=property,
         kernel=name,
         case=problem.describe(),
-        status=judged_status(comparisons, findings),
-        comparisons=tuple(comparisons),
-        reason="; ".join(findings) or None,
-        notes=tuple(notes),
+        status=judged_status(judgement.comparisons, judgement.findings),
+        comparisons=judgement.comparisons,
+        reason="; ".join(judgement.findings) or None,
+        notes=judgement.notes,
     )
 
 
@@ -436,8 +481,10 @@ def assert_linattn_close(
 
 __all__ = [
     "DECLARED_VALUE",
+    "OracleJudgement",
     "assert_linattn_close",
     "check_against_oracle",
     "compare",
     "compare_within",
+    "judge_against_oracle",
 ]

@@ -127,6 +127,7 @@ from linattn_verify.delta.chunk_backward import (
     evaluate,
     jvp,
 )
+from linattn_verify.delta.gradient_assembly import assemble_gradient_bounds, l2norm_chain
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import (
@@ -188,8 +189,6 @@ def _sequence(
     ``inverse`` says how the kernel inverts (`linattn_verify.delta.bounds.inverse_magnitude`);
     a pivoting solver's stored T̂ has an upper triangle too.
     """
-    from linattn_verify.delta.gradient_bounds import _l2norm_chain
-
     H, L, K = seq.q.shape
     V = seq.v.shape[-1]
     u = units.u
@@ -325,7 +324,7 @@ def _sequence(
             magnitude = mag[name]
             if name in ("q", "k") and l2norm_qk:
                 raw = (raw_q if name == "q" else raw_k)[:, start:end]
-                bound, magnitude = _l2norm_chain(
+                bound, magnitude = l2norm_chain(
                     raw, getattr(x, name), bound, magnitude, units, eps_k
                 )
             out[name].append((bound, magnitude))
@@ -366,8 +365,6 @@ def chunk_backward_bounds(
         ``dq``, ``dk``, ``dv``, ``dbeta``, ``dg`` and ``dinitial_state`` where the input exists:
         the float64 autograd reference, the bound B and the magnitude.
     """
-    from linattn_verify.delta.gradient_bounds import assemble_gradient_bounds
-
     units = Units.of(recipe, problem.q.dtype)
     _, _, _, K, V = problem.shape
     floors = storage_floors(recipe, problem.q.dtype)

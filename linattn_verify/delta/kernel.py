@@ -79,6 +79,8 @@ class DeltaCapabilities:
             later inputs change); otherwise past outputs may move within the pairwise bound,
             and the chunk form's bound charges each output the rounding of its whole chunk
             (docs/error-model.md §8.10). Default: `False`.
+        layout_exact: Promises bit-identical results whatever the memory layout of its inputs
+            and cotangents (with ``deterministic``); otherwise within B + B. Default: `False`.
         scales: The only scales it takes (``"default"``: K^-1/2, ``"one"``: 1), or `()` for any.
             Default: `()`.
         takes_scale: Receives ``scale=``; otherwise it applies its one entry of ``scales``
@@ -101,6 +103,7 @@ class DeltaCapabilities:
     min_head_dim: int = 1
     deterministic: bool = False
     causal_exact: bool = False
+    layout_exact: bool = False
     scales: tuple[str, ...] = ()
     takes_scale: bool = True
     final_state_dtype: FinalStateDtype = "float32"
@@ -361,7 +364,8 @@ class DeltaKernel:
         """Call the kernel on ``problem``'s tensors as they are (no copies, no casts).
 
         Only the keywords its signature names are passed, and through a ``**kwargs`` catch-all
-        only those of features it declares; ``scale`` only if it ``takes_scale``.
+        only those of features it declares; ``scale`` only if it ``takes_scale``; none that
+        ``problem.omit`` names while at its default (`DeltaProblem.at_default`).
         """
         cap = self.capabilities
         p = problem
@@ -383,6 +387,9 @@ class DeltaKernel:
         }
         if not cap.takes_scale:
             del kwargs["scale"]
+        for name in p.omit & p.at_default():
+            # The case's calling style leaves these out: the kernel's own default applies.
+            kwargs.pop(name, None)
         # Only the keywords its signature names reach it (`linattn_verify.signature`).
         features = {n for n, on in declared.items() if on} | set(self.options)
         kwargs = keywords_for(self.fn, kwargs, features)

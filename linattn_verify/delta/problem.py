@@ -63,6 +63,15 @@ from linattn_verify.semantics import (
     check_tensor,
 )
 
+DELTA_OMITTABLE = (
+    "scale",
+    "initial_state",
+    "output_final_state",
+    "cu_seqlens",
+    "use_qk_l2norm_in_kernel",
+)
+"""The keywords of the calling convention a call may leave out at their default."""
+
 L2NORM_EPS = 1e-6
 """The eps of FLA's in-kernel L2 normalisation x / sqrt(Σ x² + eps), used exactly as given."""
 
@@ -83,6 +92,9 @@ class DeltaProblem(PackedTokens):
         initial_state: S_0 ``[N, H, K, V]`` or `None` (zeros).
         output_final_state: Whether S_T is part of the result.
         cu_seqlens: Sequence boundaries ``[N+1]`` (int64, CPU) or `None`.
+        omit: Keyword arguments (`DELTA_OMITTABLE`) a kernel call leaves out where their value
+            is the calling convention's default (`at_default`), so the kernel's own defaults
+            are exercised. Default: none.
     """
 
     q: torch.Tensor
@@ -95,8 +107,23 @@ class DeltaProblem(PackedTokens):
     initial_state: torch.Tensor | None
     output_final_state: bool
     cu_seqlens: torch.Tensor | None
+    omit: frozenset[str] = frozenset()
 
     family = "delta"
+
+    def at_default(self) -> frozenset[str]:
+        """The keywords (of `DELTA_OMITTABLE`) whose value is the convention's default.
+
+        The scale is at its default when it equals K^-1/2 exactly (``scale=None`` resolved).
+        """
+        defaults = {
+            "scale": self.scale == self.q.shape[-1] ** -0.5,
+            "initial_state": self.initial_state is None,
+            "output_final_state": not self.output_final_state,
+            "cu_seqlens": self.cu_seqlens is None,
+            "use_qk_l2norm_in_kernel": not self.l2norm_qk,
+        }
+        return frozenset(name for name, default in defaults.items() if default)
 
     def describe(self) -> str:
         """Return a one-line description: shapes, dtype and every option."""
@@ -115,6 +142,8 @@ class DeltaProblem(PackedTokens):
             parts.append("final_state")
         if self.cu_seqlens is not None:
             parts.append(f"cu_seqlens={self.cu_seqlens.tolist()}")
+        if omitted := [n for n in DELTA_OMITTABLE if n in self.omit & self.at_default()]:
+            parts.append(f"called without {','.join(omitted)}")
         return " ".join(parts)
 
     def inputs(self) -> dict[str, torch.Tensor]:
@@ -146,6 +175,7 @@ class DeltaProblem(PackedTokens):
             initial_state=conv(self.initial_state),
             output_final_state=self.output_final_state,
             cu_seqlens=self.cu_seqlens,
+            omit=self.omit,
         )
 
 
@@ -278,4 +308,4 @@ def validate_delta(
     )
 
 
-__all__ = ["L2NORM_EPS", "DeltaProblem", "l2norm", "validate_delta"]
+__all__ = ["DELTA_OMITTABLE", "L2NORM_EPS", "DeltaProblem", "l2norm", "validate_delta"]

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from linattn_verify.core.memory import contiguous_cotangent
 from linattn_verify.delta.kernel import DeltaCapabilities, DeltaKernel, DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem, validate_delta
 from linattn_verify.delta.reference import (
@@ -68,7 +69,8 @@ def float32_problem(
     """Validate a call in the calling convention and return it in fp32, with the input dtype.
 
     The inputs are made contiguous first (as FLA's ``input_guard`` does), so reductions round
-    the same way whatever the caller's strides. beta may lie in [0, 2) (negative eigenvalues).
+    the same way whatever the caller's strides (the kernels make their cotangents contiguous
+    too, `contiguous_cotangent`). beta may lie in [0, 2) (negative eigenvalues).
 
     Raises:
         InvalidArgument: naming the first malformed argument (`validate_delta`).
@@ -232,7 +234,8 @@ def delta_recurrent_torch(
     )
     # The float64 reference's recurrence, evaluated in the sequence's fp32.
     o, S = assemble(p, lambda seq: recurrent_sequence(seq, p.scale))
-    return o.to(dtype), S
+    # Cotangents are made contiguous too: layout-exact backward (`float32_problem`).
+    return contiguous_cotangent(o.to(dtype)), contiguous_cotangent(S)
 
 
 def delta_chunk_torch(
@@ -294,7 +297,7 @@ def delta_chunk_torch(
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
     )
     o, S = assemble(p, lambda seq: _chunk_sequence(seq, p.scale, chunk_size, low))
-    return o.to(dtype), S
+    return contiguous_cotangent(o.to(dtype)), contiguous_cotangent(S)
 
 
 REFERENCE_CAPABILITIES = DeltaCapabilities(
@@ -310,9 +313,11 @@ REFERENCE_CAPABILITIES = DeltaCapabilities(
     final_state=True,
     dtypes=("float32", "float16", "bfloat16"),
     # Plain torch on a CPU: the same operations in the same order on every run; the chunk form
-    # inverts by forward substitution (the inverse stays lower triangular).
+    # inverts by forward substitution (the inverse stays lower triangular). Inputs and
+    # cotangents are made contiguous first, so no reduction follows a caller's strides.
     deterministic=True,
     causal_exact=True,
+    layout_exact=True,
 )
 """What both reference kernels support: the whole function, in fp32, fp16 and bf16 (the chunk
 kernel also declares `REFERENCE_CHUNK_SIZES`)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from linattn_verify.delta.kernel import DELTA_GATES, UNIT_KEY_SLACK, DeltaGate, DeltaKernel
-from linattn_verify.delta.problem import DeltaProblem, validate_delta
+from linattn_verify.delta.problem import DELTA_OMITTABLE, DeltaProblem, validate_delta
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.strategies import declared_scales
 from linattn_verify.strategies._shapes import (
@@ -109,6 +109,9 @@ class DeltaCase:
         out_of_contract: Keys break the unit-norm contract (``key_family="large_norm"``, without
             ``l2norm_qk``): for judging that a kernel expecting unit keys stays finite.
             Default: `False`.
+        omit: The keywords (of `DELTA_OMITTABLE`, in its order) the call leaves out where they
+            are at their default, so the kernel's own defaults are exercised
+            (`DeltaProblem.omit`). Default: `()` (every keyword passed).
     """
 
     B: int
@@ -130,6 +133,7 @@ class DeltaCase:
     scale: float | None
     seed: int
     out_of_contract: bool = False
+    omit: tuple[str, ...] = ()
 
     family = "delta"
 
@@ -138,6 +142,13 @@ class DeltaCase:
             if check_int(name, getattr(self, name)) < 1:
                 raise InvalidArgument(f"Got {name}={getattr(self, name)!r}, but it must be >= 1.")
         check_int("seed", self.seed)
+        if not isinstance(self.omit, tuple) or self.omit != tuple(
+            n for n in DELTA_OMITTABLE if n in self.omit
+        ):
+            raise InvalidArgument(
+                f"Got omit={self.omit!r}, but omit must be a tuple of distinct names from "
+                f"{DELTA_OMITTABLE}, in that order."
+            )
         gate_families = ("none",) if self.gate == "none" else GATE_FAMILIES
         for name, allowed in (
             ("dtype", DTYPE_NAMES),
@@ -198,7 +209,7 @@ class DeltaCase:
         if self.seq_lens is not None:
             cu = torch.tensor([0, *self.seq_lens], dtype=torch.int64).cumsum(0)
         on = {name: None if x is None else x.to(device) for name, x in t.items()}
-        return validate_delta(
+        problem = validate_delta(
             **on,
             scale=self.scale,
             l2norm_qk=self.l2norm_qk,
@@ -206,6 +217,7 @@ class DeltaCase:
             cu_seqlens=cu,
             allow_negative_eigenvalues=self.negative_eigenvalues,
         )
+        return replace(problem, omit=frozenset(self.omit))
 
     def describe(self) -> str:
         """One line, ``DeltaCase(B=..., ...)``: valid Python that rebuilds the case."""
@@ -324,6 +336,7 @@ def delta_cases(
     realistic_only: bool = False,
     chunk_sizes: Sequence[int] = (16, 64),
     fixed_scales: Sequence[str] = (),
+    omittable: Sequence[str] = DELTA_OMITTABLE,
 ) -> st.SearchStrategy[DeltaCase]:
     """Generate `DeltaCase`: any shape, option and value family of the delta rule within limits.
 
@@ -359,6 +372,8 @@ def delta_cases(
         chunk_sizes: Chunk sizes whose residues T should cover. Default: `(16, 64)`.
         fixed_scales: Draw only these scales (``"default"``: `None` or K^-1/2; ``"one"``: 1), or
             `()` for any (`linattn_verify.strategies.scales`). Default: `()`.
+        omittable: Keywords the calling style may leave out at their default (of
+            `DELTA_OMITTABLE`; drawn last, shrinking toward every keyword passed). Default: all.
 
     Raises:
         InvalidArgument: naming the argument that is malformed.
@@ -417,7 +432,7 @@ def delta_cases(
         B = 1 if packed else draw(batch_sizes(max_value=2), label="B")
         H = draw(head_counts(max_value=max_heads), label="H")
         K = draw(head_dim, label="K")
-        return DeltaCase(
+        case = DeltaCase(
             B=B,
             T=seq_len,
             H=H,
@@ -438,6 +453,14 @@ def delta_cases(
             seed=draw(st.integers(0, 2**31 - 1), label="seed"),
             out_of_contract=ooc,
         )
+        # The calling style last, so the case's own draws do not depend on it: every keyword
+        # passed (half the cases), or each one at its default left out with probability 3/4.
+        defaults = _at_default(case)
+        candidates = [n for n in omittable if n in defaults]
+        if not candidates or not draw(st.booleans(), label="omit defaults"):
+            return case
+        omit = tuple(n for n in candidates if draw(st.integers(0, 3), label=f"omit {n}"))
+        return replace(case, omit=omit)
 
     return draw_cases()
 
@@ -494,7 +517,31 @@ def delta_cases_for(
         realistic_only=realistic_only,
         chunk_sizes=(16, 64, *sorted(chunks)),
         fixed_scales=cap.scales,
+        # Only keywords the kernel takes are left out at their default.
+        omittable=tuple(
+            name
+            for name, takes in (
+                ("scale", cap.takes_scale),
+                ("initial_state", cap.initial_state),
+                ("output_final_state", cap.final_state),
+                ("cu_seqlens", cap.varlen),
+                ("use_qk_l2norm_in_kernel", True in cap.l2norm_qk),
+            )
+            if takes
+        ),
     )
+
+
+def _at_default(case: DeltaCase) -> frozenset[str]:
+    """The keywords of ``case``'s problem at their default (as `DeltaProblem.at_default`)."""
+    defaults = {
+        "scale": case.scale is None or case.scale == case.K**-0.5,
+        "initial_state": not case.initial_state,
+        "output_final_state": not case.output_final_state,
+        "cu_seqlens": case.seq_lens is None,
+        "use_qk_l2norm_in_kernel": not case.l2norm_qk,
+    }
+    return frozenset(name for name, default in defaults.items() if default)
 
 
 def random_delta_cotangents(

@@ -101,24 +101,6 @@ def delta_source_from_args(args: Any, *, on_cuda: bool) -> DeltaKernelSource:
         InvalidArgument: naming the flag that does not fit the delta family, or the parameter
             the kernel's signature lacks for what was declared.
     """
-    linear_only = {
-        "--normalized": args.normalized,
-        "--eps": args.eps != 0.0,
-        "--decay": args.decay != "none",
-        "--decay-required": args.decay_required,
-        "--feature-map": args.feature_map != "identity",
-        "--zero-denominator": args.zero_denominator != "any",
-        "--even-head-dims": bool(args.even_head_dims),
-        "--layout-exact": args.layout_exact,
-        "--division": args.division != "full",
-        "--division-dtype": args.division_dtype != "float32",
-        "--naive-elu1": args.naive_elu1,
-    }
-    if given := [flag for flag, used in linear_only.items() if used]:
-        raise InvalidArgument(
-            f"Got {', '.join(given)} with --family delta: those describe a linear-attention "
-            "kernel; a delta-rule kernel's gates are --gates."
-        )
     if args.form not in ("recurrent", "chunk"):
         raise InvalidArgument(
             f"Got --form {args.form}, but a delta-rule kernel's recipe needs --form recurrent or "

@@ -38,9 +38,11 @@ CHUNK_CAPABILITIES = DeltaCapabilities(
     # One program holds the whole [K, V] state in registers.
     max_head_dim=128,
     chunk_sizes=(16, 32, 64),
-    # Forward substitution keeps the inverse lower triangular; one fixed order per element.
+    # Forward substitution keeps the inverse lower triangular; one fixed order per element;
+    # every load goes through the strides (layouts change no rounding).
     deterministic=True,
     causal_exact=True,
+    layout_exact=True,
 )
 """What ``triton/delta.chunk`` supports."""
 
@@ -80,6 +82,8 @@ def delta_recurrent_kernel() -> DeltaKernel:
         max_head_dim=recurrent.MAX_HEAD_DIM,
         deterministic=True,
         causal_exact=True,
+        # Every load goes through the strides: layouts change no rounding.
+        layout_exact=True,
     )
     # The recipe does not depend on the dtype, so the replayable source can carry fp32's.
     source = DeltaKernelSource(

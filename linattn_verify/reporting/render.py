@@ -15,6 +15,7 @@ from linattn_verify.reporting.content import PLOT_CAPTIONS
 from linattn_verify.reporting.html import render_html
 from linattn_verify.reporting.markdown import render_markdown
 from linattn_verify.reporting.plots import render_plots
+from linattn_verify.reporting.summary import DecodedRun
 
 PLOTS_DIR = "plots"
 
@@ -50,7 +51,8 @@ def render_report(document: Mapping[str, Any], directory: str | os.PathLike[str]
     """
     if not isinstance(directory, str | os.PathLike):
         raise InvalidArgument(f"Expected a path but got directory={directory!r}.")
-    document = as_current(document)
+    # Every table, map and plot reads the cases: decoded once for all of them.
+    document = DecodedRun(as_current(document))
     folder = Path(directory)
     plots_dir = folder / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)

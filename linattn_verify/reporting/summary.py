@@ -488,8 +488,28 @@ def build_document(
     return document
 
 
+class DecodedRun(dict[str, Any]):
+    """A run document that decodes each section of case records once (`cases_of`).
+
+    A render reads the cases in every table, map and plot; wrapping the document once
+    (`linattn_verify.reporting.render_report` does) makes those reads share one decoding.
+    """
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        super().__init__(document)
+        self._records: dict[str, list[CaseRecord]] = {}
+
+    def records(self, section: str) -> list[CaseRecord]:
+        """The decoded records of ``section`` (decoded on the first call)."""
+        if section not in self._records:
+            self._records[section] = [CaseRecord.from_json(c) for c in self.get(section) or ()]
+        return self._records[section]
+
+
 def cases_of(document: Mapping[str, Any], section: str = "cases") -> list[CaseRecord]:
     """Read the case records of a run document back (``section``: ``cases``, ``worst_cases``)."""
+    if isinstance(document, DecodedRun):
+        return list(document.records(section))
     return [CaseRecord.from_json(c) for c in document.get(section) or ()]
 
 

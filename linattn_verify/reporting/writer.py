@@ -93,9 +93,9 @@ def kernel_entry(kernel: Any) -> dict[str, Any]:
     """Describe ``kernel`` for the run document: name, form, capabilities, recipe per dtype."""
     import torch
 
-    from linattn_verify.families import FAMILIES
+    from linattn_verify.core.family import families
 
-    if getattr(kernel, "family", None) not in FAMILIES:
+    if getattr(kernel, "family", None) not in families():
         raise InvalidArgument(
             f"Expected a kernel of a family (a linattn_verify.Kernel, a DeltaKernel) but got "
             f"kernel={kernel!r}."

@@ -15,9 +15,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from linattn_verify.core.family import family_of
 from linattn_verify.diagnosis import DIAGNOSIS_SECONDS
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.families import family_of
 from linattn_verify.results import CaseRecord, PropertyVerdict
 
 if TYPE_CHECKING:

@@ -2,8 +2,9 @@
 """Properties of linear-attention kernels, each a pure function (spec, kernel) -> PropertyResult.
 
 `catalogue()` maps every per-kernel property to its function; linattn-verify finds it through
-the ``linattn_verify.properties`` entry point (imports flow from this package to linattn_verify,
-never back, so the CLI discovers properties the way it discovers third-party kernels).
+the ``linattn_verify.properties.linear_attn`` entry point (imports flow from this package to
+linattn_verify, never back, so the CLI discovers properties the way it discovers third-party
+kernels; the delta rule's, `linattn_properties.delta`, through ``...properties.delta``).
 Multi-kernel properties (``equivalence.forms_agree``) and oracle self-checks
 (``oracle.float64_path_passes_gradcheck``) are called directly.
 """
@@ -28,6 +29,7 @@ CATALOGUE_SPEC: dict[str, str] = {
     "normalized_affine_and_convex": "algebra",
     "denominator_stable": "denominators",
     "contract_holds": "contract",
+    "backward_takes_any_cotangent": "contract",
     "dyadic_inputs_exact": "exactness",
     "compiled_matches_eager": "compilation",
 }

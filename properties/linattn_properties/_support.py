@@ -13,18 +13,16 @@ dialect.
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import torch
 
 from linattn_properties._nonfinite import nan_message, nonfinite_allowed, zero_convention_breach
 from linattn_verify.compare import Side, bitwise_mismatch
+from linattn_verify.core.memory import Layout, same_layout, vector_jacobian
 from linattn_verify.kernel import Kernel
 from linattn_verify.recipe import PrecisionRecipe
 from linattn_verify.results import Comparison, PropertyResult, judged_status
@@ -34,7 +32,6 @@ from linattn_verify.tolerance import (
     TensorBound,
     backward_bounds,
     charge_returned_state,
-    cotangent_loss,
     forward_bounds,
 )
 from linattn_verify.triage import with_input_severity
@@ -389,21 +386,6 @@ def _validate(problem: Problem, o: Any, final: Any, state_dtype: str) -> str | N
     return None
 
 
-def same_layout(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Return ``x``'s values with ``like``'s strides and storage offset (differentiably).
-
-    The storage around a strided ``like`` is filled with NaN, so a kernel that reads outside the
-    view reads NaN (as `linattn_verify.strategies` poisons sliced layouts).
-    """
-    if like.is_contiguous() and like.storage_offset() == 0:
-        return x
-    extent = 1 + sum((n - 1) * abs(st) for n, st in zip(like.shape, like.stride(), strict=True))
-    size = like.storage_offset() + (extent if like.numel() else 0)
-    buffer = torch.full((size,), torch.nan, dtype=x.dtype, device=x.device)
-    view = buffer.as_strided(like.shape, like.stride(), like.storage_offset())
-    return view.copy_(x)
-
-
 def _modified(passed: Problem, originals: Mapping[str, torch.Tensor]) -> str | None:
     for name, x in passed.inputs().items():
         if bool(bitwise_mismatch(x, originals[name]).any()):
@@ -419,6 +401,7 @@ def run_kernel(
     cotangent_seed: int | None = None,
     do_mask: torch.Tensor | None = None,
     caller_judges: bool = False,
+    cotangent_layout: Layout | None = None,
 ) -> KernelRun:
     """Call ``kernel`` on private copies of ``problem``'s inputs; optionally run backward.
 
@@ -429,8 +412,8 @@ def run_kernel(
         kernel: The kernel under test.
         problem: The problem; its tensors are copied, so a kernel that writes to its inputs
             cannot change what the oracle sees (it fails instead).
-        cotangents: ``(do, d_final_state)`` to backpropagate through
-            `linattn_verify.tolerance.cotangent_loss`, or `None` for a forward run only.
+        cotangents: ``(do, d_final_state)`` to backpropagate (`vector_jacobian`: the gradient
+            of `linattn_verify.tolerance.cotangent_loss`), or `None` for a forward run only.
             Default: `None`.
         cotangent_seed: Without ``cotangents``, run backward with
             `random_cotangents(problem, cotangent_seed)`. Default: `None`.
@@ -441,6 +424,8 @@ def run_kernel(
             non-finite o where the exact denominator is 0 from a kernel that declared
             ``zero_denominator="zero"`` fails either way: it breaks the kernel's own
             declaration (`zero_convention_breach`). Default: `False`.
+        cotangent_layout: How the cotangents are laid out when the backward receives them
+            (`linattn_verify.core.memory`: expanded, transposed, ...). Default: contiguous.
 
     Returns:
         The `KernelRun`, its tensors detached.
@@ -511,8 +496,15 @@ def run_kernel(
         do, d_final = cotangents
         try:
             with np.errstate(all="ignore"):
-                loss = cotangent_loss(o, final, do, d_final if final is not None else None)
-                values = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+                finals = [] if final is None else list(final) if problem.normalize else [final]
+                d_finals = list(d_final) if isinstance(d_final, tuple | list) else [d_final]
+                d_finals += [None] * (len(finals) - len(d_finals))  # none for S_T (z_T): 0
+                values = vector_jacobian(
+                    [o, *finals],
+                    [do, *d_finals[: len(finals)]],
+                    list(leaves.values()),
+                    cotangent_layout,
+                )
         except Exception as exc:
             raise KernelFailure(f"{what} backward raised {type(exc).__name__}: {exc}") from None
         grads = {n: None if g is None else g.detach() for n, g in zip(leaves, values, strict=True)}
@@ -543,27 +535,3 @@ def _detach(state: FinalState) -> FinalState:
 def relayout(problem: Problem, how: Callable[[torch.Tensor], torch.Tensor]) -> Problem:
     """Return ``problem`` with every floating input passed through ``how`` (same values)."""
     return problem.with_tensors(**{n: how(x) for n, x in problem.inputs().items()})
-
-
-def _poison(x: torch.Tensor) -> torch.Tensor:
-    # Only floating buffers: a garbage integer buffer (an index) could make an unchecked
-    # interpreter load read far out of bounds and kill the process instead of failing.
-    if x.is_floating_point():
-        with torch.no_grad():
-            x.fill_(math.nan)
-    return x
-
-
-@contextmanager
-def nan_poisoned_allocations() -> Iterator[None]:
-    """Make `torch.empty` and `torch.empty_like` return NaN-filled floating tensors."""
-    real_empty, real_empty_like = torch.empty, torch.empty_like
-
-    def empty(*args: Any, **kwargs: Any) -> torch.Tensor:
-        return _poison(real_empty(*args, **kwargs))
-
-    def empty_like(*args: Any, **kwargs: Any) -> torch.Tensor:
-        return _poison(real_empty_like(*args, **kwargs))
-
-    with mock.patch("torch.empty", empty), mock.patch("torch.empty_like", empty_like):
-        yield

@@ -23,10 +23,10 @@ from linattn_properties._support import (
     property_function,
     run_bounds,
     run_kernel,
-    same_layout,
     within_rounding,
 )
 from linattn_verify.compare import Side, compare, compare_bitwise, compare_pair
+from linattn_verify.core.memory import same_layout
 from linattn_verify.kernel import Kernel
 from linattn_verify.results import PropertyResult
 from linattn_verify.semantics import Problem

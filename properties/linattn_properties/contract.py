@@ -9,18 +9,16 @@ alone among the properties catches `KernelFailure` itself (one finding per faile
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from linattn_properties._judge import LAYOUT_PROMISE, RunJudge, judge_cotangent_layouts
 from linattn_properties._nonfinite import undefined_elements
 from linattn_properties._support import (
     KernelFailure,
     KernelRun,
-    nan_poisoned_allocations,
     prepare_case,
     property_function,
     relayout,
@@ -28,25 +26,36 @@ from linattn_properties._support import (
     run_kernel,
     within_rounding,
 )
-from linattn_verify.compare import Comparison, Side, compare_bitwise, compare_pair
+from linattn_verify.compare import Comparison, compare_bitwise
+from linattn_verify.core.memory import (
+    Layout,
+    expand_dim,
+    last_dim_strided,
+    nan_poisoned_allocations,
+    sliced,
+    transposed,
+)
 from linattn_verify.kernel import Kernel
 from linattn_verify.results import PropertyResult
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec, random_cotangents
-from linattn_verify.tolerance import TensorBound
+
+LAYOUTS: tuple[tuple[Layout, str], ...] = (
+    (transposed, "with transposed-stride inputs"),
+    (sliced, "with inputs sliced from larger tensors"),
+    (last_dim_strided, "with the inputs' last dim strided"),
+)
+"""The input layouts `contract_holds` runs: the same values, other strides."""
+
+HEAD_DIMS = {"q": 2, "k": 2, "v": 2, "g": 2, "initial_state": 1, "initial_key_sum": 1}
+"""Where each input of a problem has its head dim."""
 
 
-def _transposed(x: torch.Tensor) -> torch.Tensor:
-    """Same values, strides of a tensor stored with dims 1 and 2 swapped."""
-    return x.transpose(1, 2).contiguous().transpose(1, 2)
-
-
-def _sliced(x: torch.Tensor) -> torch.Tensor:
-    """Same values, a view into a larger NaN-filled tensor (offset 1 in every dim)."""
-    big = torch.full([s + 2 for s in x.shape], math.nan, dtype=x.dtype, device=x.device)
-    view = big[tuple(slice(1, 1 + s) for s in x.shape)]
-    view.copy_(x)
-    return view
+def _heads_expanded(problem: Problem) -> Problem | None:
+    """``problem`` with head 0's inputs expanded over every head, or `None` with one head."""
+    if problem.shape[2] < 2:
+        return None
+    return problem.with_tensors(**expand_dim(problem.inputs(), HEAD_DIMS))
 
 
 def _snapshot(problem: Problem) -> dict[str, torch.Tensor]:
@@ -67,96 +76,21 @@ def _inputs_unmodified(
     ]
 
 
-class _Judge:
-    """Compares runs with a reference run: bit for bit where promised, else within B + B.
-
-    Collects the comparisons, the findings (a failed run, a missing tensor), whether every run
-    was bit-identical to the reference, and the flags of the promises that would have been
-    broken by runs whose bits differed within the bound (``loose``).
-    """
-
-    def __init__(
-        self, kernel: Kernel, problem: Problem, reference: KernelRun, seed: int | None = None
-    ) -> None:
-        self.kernel, self.problem, self.reference, self.seed = kernel, problem, reference, seed
-        self._bounds: dict[str, TensorBound] | None = None
-        self._undefined: dict[str, torch.Tensor] | None = None
-        self.bit_identical = True
-        self.comparisons: list[Comparison] = []
-        self.findings: list[str] = []
-        self.notes: list[str] = []
-        self.loose: list[str] = []
-
-    def run(
-        self,
-        problem: Problem,
-        condition: str,
-        *,
-        promised: tuple[str, ...] = ("deterministic",),
-        during: Callable[[], AbstractContextManager[Any]] = nullcontext,
-        **options: Any,
-    ) -> None:
-        """Run the kernel on ``problem`` (inside ``during()``) and judge the run.
-
-        ``condition`` says what changed, for the messages; ``promised`` names the capabilities
-        under which this run must be bit-identical to the reference (all of them declared:
-        bitwise; else within B + B); ``options`` go to `run_kernel`.
-        """
-        cap = self.kernel.capabilities
-        exact = all(getattr(cap, name) for name in promised)
-        try:
-            with during():
-                run = run_kernel(self.kernel, problem, **options)
-        except KernelFailure as exc:
-            self.findings.append(f"run {condition}: {exc}")
-            return
-        for name, expected in self.reference.everything().items():
-            actual = run.everything().get(name)
-            if actual is None:
-                self.findings.append(f"{name} missing from the run {condition}")
-                continue
-            bitwise = compare_bitwise(
-                name,
-                actual,
-                expected,
-                subject=self.kernel.name,
-                condition=condition,
-                undefined=self.undefined().get(name),
-            )
-            self.bit_identical &= bitwise.ok
-            bound = None if bitwise.ok or exact else self._bound(name)
-            if bound is None:
-                if not (bitwise.ok or exact):
-                    self.notes.append(f"{name}: no error bound, judged bit for bit")
-                self.comparisons.append(bitwise)
-                continue
-            for promise in promised:
-                flag = f"--{promise.replace('_', '-')}"
-                if not getattr(cap, promise) and flag not in self.loose:
-                    self.loose.append(flag)
-            # Two runs of one problem, each within its bound B of the exact value.
-            self.comparisons.append(
-                compare_pair(
-                    name,
-                    Side.of(f"{self.kernel.name} {condition}", actual, bound),
-                    Side.of("the reference run", expected, bound),
-                    bound.reference,
-                )
-            )
-
-    def undefined(self) -> dict[str, torch.Tensor]:
-        """The elements an ``any`` kernel may return as it likes (`undefined_elements`)."""
-        if self._undefined is None:
-            self._undefined = undefined_elements(self.kernel, self.problem)
-        return self._undefined
-
-    def _bound(self, name: str) -> TensorBound | None:
-        if self._bounds is None:
-            cotangents = None
-            if self.seed is not None:
-                cotangents = random_cotangents(self.problem, self.seed)
-            self._bounds = run_bounds(self.kernel, self.problem, cotangents)
-        return self._bounds.get(name)
+def _judge(
+    kernel: Kernel,
+    problem: Problem,
+    reference: KernelRun,
+    cotangents: tuple[torch.Tensor, Any] | None = None,
+) -> RunJudge:
+    """A `RunJudge` of ``kernel``'s runs against ``reference``, a run of ``problem``."""
+    return RunJudge(
+        kernel.name,
+        kernel.capabilities,
+        reference.everything(),
+        run=lambda p, **options: run_kernel(kernel, p, **options).everything(),
+        bounds=lambda: run_bounds(kernel, problem, cotangents),
+        undefined=lambda: undefined_elements(kernel, problem),
+    )
 
 
 @property_function
@@ -173,9 +107,13 @@ def contract_holds(spec: ProblemSpec, kernel: Kernel, *, backward: bool = True) 
     * f(x) ≡ f(x) (bit-identical rerun) when the kernel promises determinism, else
       |f(x) - f(x)| <= B + B with B the error model's bound (an ``any`` kernel's values where the
       exact denominator is 0 are not compared);
-    * f(transposed-stride x) ≡ f(x) and f(x as a slice of a larger NaN-filled tensor) ≡ f(x)
-      when it promises determinism and layout-exactness (plain PyTorch reductions follow the
-      strides, so their bits do), else within B + B;
+    * f(x) is the same for x transposed-stride, x a slice of a larger NaN-filled tensor (a
+      storage offset) and x with its last dim strided (NaN between its elements): ≡ when it
+      promises determinism and layout-exactness (plain PyTorch reductions follow the strides,
+      so their bits do), else within B + B;
+    * with one head's inputs expanded (stride 0) over every head, o and the final state are those
+      of the same values laid out contiguously (≡ or within B + B; forward only: autograd sums
+      an expanded input's gradient over the heads, a rounding no kernel owns);
     * with `torch.empty`/`torch.empty_like` returning NaN-filled tensors, outputs (and
       gradients, when backward is supported) are unchanged: ≡ (or within B + B).
 
@@ -201,11 +139,21 @@ def contract_holds(spec: ProblemSpec, kernel: Kernel, *, backward: bool = True) 
     before = _snapshot(problem)
     first = run_kernel(kernel, problem)
     comparisons = _inputs_unmodified(kernel, problem, before, "after the first call")
-    judge = _Judge(kernel, problem, first)
+    judge = _judge(kernel, problem, first)
     judge.run(problem, "on a rerun")
-    layout = ("deterministic", "layout_exact")
-    judge.run(relayout(problem, _transposed), "with transposed-stride inputs", promised=layout)
-    judge.run(relayout(problem, _sliced), "with inputs sliced from larger tensors", promised=layout)
+    layout = LAYOUT_PROMISE
+    for how, condition in LAYOUTS:
+        judge.run(relayout(problem, how), condition, promised=layout)
+    shared = _heads_expanded(problem)
+    if shared is not None:
+        try:
+            dense = run_kernel(kernel, relayout(shared, lambda x: x.contiguous()))
+        except KernelFailure as exc:
+            judge.findings.append(f"run with one head's inputs copied to every head: {exc}")
+        else:
+            heads = _judge(kernel, shared, dense)
+            heads.run(shared, "with one head's inputs expanded (stride 0)", promised=layout)
+            judge.absorb(heads)
     seed = spec.seed + 1 if backward and kernel.capabilities.backward else None
     comparisons += judge.comparisons
     findings, notes = judge.findings, judge.notes
@@ -216,7 +164,9 @@ def contract_holds(spec: ProblemSpec, kernel: Kernel, *, backward: bool = True) 
         except KernelFailure as exc:
             return case.judged(comparisons, findings=[*findings, f"backward: {exc}"], notes=notes)
     comparisons += _inputs_unmodified(kernel, problem, before, "after the reruns")
-    poisoned = _Judge(kernel, problem, clean, seed)
+    poisoned = _judge(
+        kernel, problem, clean, None if seed is None else random_cotangents(problem, seed)
+    )
     poisoned.run(
         problem,
         "with torch.empty/empty_like returning NaN-filled memory",
@@ -235,4 +185,34 @@ def contract_holds(spec: ProblemSpec, kernel: Kernel, *, backward: bool = True) 
     return within_rounding(result, "reruns and layouts agree", " ".join(loose))
 
 
-__all__ = ["contract_holds"]
+@property_function
+def backward_takes_any_cotangent(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
+    """Check that the backward reads its cotangents through their strides.
+
+    The commonest loss, ``o.sum()``, hands the backward ``ones.expand(o.shape)`` (every stride
+    0); a loss on a permuted output hands it a non-contiguous one; an output the loss ignores,
+    zeros. For each of those (the final state's cotangent alike), the gradients must be those of
+    the same values handed over dense and contiguous: ≡ when the kernel promises determinism and
+    layout-exactness, else within B + B (B: the gradient bound for that cotangent).
+    """
+    case = prepare_case("backward_takes_any_cotangent", spec, kernel, backward=True)
+    if isinstance(case, PropertyResult):
+        return case
+    problem = relayout(case.problem, lambda x: x.contiguous())
+    drawn = random_cotangents(problem, spec.seed + 2)
+    judge = judge_cotangent_layouts(
+        problem,
+        drawn,
+        # A backward that fails on a dense cotangent fails the property as it is.
+        dense=lambda cotangents: run_kernel(kernel, problem, cotangents=cotangents),
+        judge=lambda dense, cotangents: _judge(kernel, problem, dense, cotangents),
+    )
+    result = case.judged(judge.comparisons, findings=judge.findings, notes=judge.notes)
+    if not judge.loose:
+        return result
+    return within_rounding(
+        result, "gradients agree across cotangent layouts", " ".join(judge.loose)
+    )
+
+
+__all__ = ["backward_takes_any_cotangent", "contract_holds"]

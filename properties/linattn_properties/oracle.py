@@ -21,7 +21,7 @@ from linattn_properties._support import (
     property_function,
     run_kernel,
 )
-from linattn_verify.compare import check_against_oracle
+from linattn_verify.compare import judge_against_oracle
 from linattn_verify.feature_maps import (
     apply_feature_map,
     feature_map_derivative,
@@ -68,7 +68,7 @@ def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     if isinstance(case, PropertyResult):
         return case
     run = run_kernel(kernel, case.problem, caller_judges=True)
-    result = check_against_oracle(
+    judgement = judge_against_oracle(
         case.problem,
         run.o,
         run.final_state,
@@ -78,11 +78,7 @@ def outputs_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         causal_exact=kernel.capabilities.causal_exact,
         final_state_dtype=kernel.capabilities.final_state_dtype,
     )
-    return case.judged(result.comparisons, findings=_findings(result), notes=result.notes)
-
-
-def _findings(result: PropertyResult) -> tuple[str, ...]:
-    return () if result.reason is None else (result.reason,)
+    return case.judged(judgement.comparisons, findings=judgement.findings, notes=judgement.notes)
 
 
 @property_function
@@ -121,7 +117,7 @@ def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     if not problem.output_final_state:
         d_final = None
     run = run_kernel(kernel, problem, cotangents=(do, d_final), caller_judges=True)
-    result = check_against_oracle(
+    judgement = judge_against_oracle(
         problem,
         run.o,
         run.final_state,
@@ -134,7 +130,7 @@ def gradients_match_oracle(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
         causal_exact=kernel.capabilities.causal_exact,
         final_state_dtype=kernel.capabilities.final_state_dtype,
     )
-    return case.judged(result.comparisons, findings=_findings(result), notes=result.notes)
+    return case.judged(judgement.comparisons, findings=judgement.findings, notes=judgement.notes)
 
 
 def _power_of_two_scale(x: torch.Tensor) -> float:

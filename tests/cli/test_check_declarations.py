@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from linattn_verify.cli import build_parser, main
+from linattn_verify.cli._args import family_in
+from linattn_verify.core.family import family_named
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.families import family_named
 
 KERNELS = """
 def linear_no_scale(q, k, v, *, initial_state=None, output_final_state=False):
@@ -63,7 +64,8 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def source(argv: list[str]) -> Any:
-    args = build_parser().parse_args(["check", *argv])
+    # As main does: the parser has the flags of the family the command line names.
+    args = build_parser(family_in(argv)).parse_args(["check", *argv])
     return family_named(args.family).source_from_args(args, on_cuda=False)
 
 

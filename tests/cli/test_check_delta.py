@@ -82,3 +82,31 @@ def test_a_flag_of_the_other_family_is_a_usage_error(
 ) -> None:
     assert main(["check", f"{TARGETS}:twin_chunk", *flags, "--budget", "1"]) == EXIT_USAGE
     assert named in capsys.readouterr().err
+
+
+CHUNK64 = ["--family", "delta", "--gates", "scalar", "--varlen", "--form", "chunk"]
+CHUNK64 += ["--chunk-size", "64", "--seed", "0", "--no-render"]
+
+
+def test_a_kernel_wrong_only_past_its_first_chunk_of_64_is_found_by_the_size_reach(
+    tmp_path: Path,
+) -> None:
+    # The search draws T <= 32: only the reach crosses a chunk boundary of 64.
+    target = f"{TARGETS}:carried_state_undecayed"
+    flags = [*CHUNK64, "--budget", "60", "--fail-fast", "--report", str(tmp_path)]
+    assert main(["check", target, *flags]) == EXIT_FAILED
+    document = json.loads((tmp_path / "run.json").read_text())
+    (failed,) = [v for v in document["verdicts"] if v["status"] == "failed"]
+    assert "(size reach: " in failed["message"]
+    (failure,) = document["failures"]
+    assert failure["T"] > 64
+
+
+@pytest.mark.slow
+def test_the_size_reach_takes_a_delta_kernel_past_t_1024_within_the_default_budget(
+    tmp_path: Path,
+) -> None:
+    target = f"{TARGETS}:twin_chunk64"
+    assert main(["check", target, *CHUNK64, "--report", str(tmp_path)]) == EXIT_OK
+    document = json.loads((tmp_path / "run.json").read_text())
+    assert document["totals"]["largest_T"] >= 1024

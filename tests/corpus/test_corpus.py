@@ -18,7 +18,7 @@ import pytest
 
 from linattn_verify.checking import SearchSettings, check_kernel
 from linattn_verify.cli.manifest import ManifestEntry, load_manifest
-from linattn_verify.families import family_of
+from linattn_verify.core.family import family_of
 
 HERE = Path(__file__).parent
 MANIFESTS = (HERE / "linear_attn.toml", HERE / "delta.toml")

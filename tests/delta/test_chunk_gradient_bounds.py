@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from linattn_verify.delta import chunk_gradient_bounds as cgb
-from linattn_verify.delta.gradient_bounds import backward_bounds, reference_gradients
+from linattn_verify.delta.gradient_assembly import reference_gradients
+from linattn_verify.delta.gradient_bounds import backward_bounds
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.delta.reference import sequence_inputs

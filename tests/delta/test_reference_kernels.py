@@ -229,6 +229,12 @@ BELOW_BOUND = {"zoo/delta_output_truncated"}
 observably wrong bit for bit, not by 10x (`test_truncated_output_is_one_ulp_toward_zero`)."""
 
 
+MEMORY_PATHS = {"zoo/delta_last_dim_stride_ignored", "zoo/delta_dense_cotangent_assumed"}
+"""Broken kernels right on every dense contiguous problem: wrong only for a strided last dim or
+an expanded or transposed cotangent, which `contract_holds` and `backward_takes_any_cotangent`
+hand them (`tests/zoo/test_delta_zoo.py`)."""
+
+
 def case(problem_factory, name: str) -> tuple[DeltaProblem, bool]:
     kwargs, transform, backward = CASES[name]
     problem = problem_factory(**kwargs)
@@ -241,7 +247,7 @@ def test_zoo_table():
     names = [kernel.name for kernel, _, _ in zoo.DELTA_ZOO]
     assert len(names) >= 8
     assert len(set(names)) == len(names)
-    assert set(names) == set(EXPOSING) | BELOW_BOUND
+    assert set(names) == set(EXPOSING) | BELOW_BOUND | MEMORY_PATHS
     assert {bug_class for _, bug_class, _ in zoo.DELTA_ZOO} == ZOO_CLASSES
     for kernel, _, description in zoo.DELTA_ZOO:
         assert kernel.name.startswith("zoo/delta_")

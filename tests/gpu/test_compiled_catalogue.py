@@ -36,7 +36,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("name", KERNELS)
 def test_compiled_kernel_holds_the_catalogue(name: str, tmp_path: Path) -> None:
     from linattn_verify.checking import SearchSettings, check_kernel
-    from linattn_verify.families import family_of
+    from linattn_verify.core.family import family_of
     from linattn_verify.placement import on_device
     from linattn_verify.registry import get_kernel
 

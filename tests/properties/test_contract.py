@@ -11,10 +11,10 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from linattn_properties._support import nan_poisoned_allocations
 from linattn_properties._testing import bug_kernel, example_spec
-from linattn_properties.contract import contract_holds
+from linattn_properties.contract import backward_takes_any_cotangent, contract_holds
 
+from linattn_verify.core.memory import nan_poisoned_allocations
 from linattn_verify.kernel import Kernel
 from linattn_verify.reference_kernels import float32_reference
 from linattn_verify.running import check_property
@@ -44,6 +44,12 @@ def test_contract_holds(linattn_kernel: Kernel, data: st.DataObject) -> None:
 def test_contract_holds_on_nasty_cases(linattn_kernel: Kernel, spec: ProblemSpec) -> None:
     result = check_property(contract_holds, spec, linattn_kernel)
     assert result.status == "held", result.report()
+
+
+@given(data=st.data())
+def test_backward_takes_any_cotangent(linattn_kernel: Kernel, data: st.DataObject) -> None:
+    spec = data.draw(kernel_specs(linattn_kernel, **SMALL), label="spec")
+    check_property(backward_takes_any_cotangent, spec, linattn_kernel)
 
 
 def test_nan_poisoning_patches_and_restores_torch_empty() -> None:
@@ -192,4 +198,61 @@ def test_contract_holds_passes_the_correct_twin() -> None:
         "with transposed-stride inputs",
         "with inputs sliced from larger tensors",
         "with torch.empty/empty_like returning NaN-filled memory",
+        "with the inputs' last dim strided",
+        "with one head's inputs expanded (stride 0)",
     } <= conditions
+
+
+def last_stride_ignored(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+    # Steps the last dim by 1 whatever its stride (a ptr++ loop), then copies as most kernels.
+    def walked(x: torch.Tensor) -> torch.Tensor:
+        return torch.as_strided(x, x.shape, (*x.stride()[:-1], 1), x.storage_offset())
+
+    return REFERENCE(walked(q), walked(k), walked(v), g, **kw)
+
+
+def test_contract_holds_fails_for_a_kernel_ignoring_the_last_dims_stride() -> None:
+    result = contract_holds(base(), bug_kernel(last_stride_ignored))
+    assert result.status == "failed"
+    # The layouts whose last stride is 1 pass; the strided one reads the NaN between the
+    # elements (its validation refuses them).
+    assert not [c for c in result.comparisons if not c.ok]
+    assert result.reason is not None
+    assert result.reason.startswith("run with the inputs' last dim strided: ")
+    assert "holds NaN" in result.reason
+
+
+class _DenseCotangent(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        dense = torch.empty(grad.shape).stride()
+        return torch.as_strided(grad, grad.shape, dense, grad.storage_offset())
+
+
+def dense_cotangent(q: Any, k: Any, v: Any, g: Any = None, **kw: Any) -> Any:
+    o, final = REFERENCE(q, k, v, g, **kw)
+    return _DenseCotangent.apply(o), final
+
+
+def test_a_backward_reading_its_cotangent_as_dense_fails() -> None:
+    result = backward_takes_any_cotangent(base(), bug_kernel(dense_cotangent))
+    assert result.status == "failed"
+    # o.sum()'s expanded cotangent has a one-element storage: reading it as dense raises.
+    assert "the cotangent o.sum() gives" in (result.reason or ""), result.reason
+    transposed = [c for c in result.comparisons if c.other == "with a transposed-stride cotangent"]
+    assert any(not c.ok and c.tensor.startswith("d") for c in transposed)
+
+
+def test_backward_takes_any_cotangent_holds_for_the_twin_bit_for_bit() -> None:
+    result = backward_takes_any_cotangent(base(), replace(bug_kernel(REFERENCE), name="torch/twin"))
+    assert result.status == "held", result.report()
+    assert {c.other for c in result.comparisons} == {
+        "with the cotangent o.sum() gives (ones, every stride 0)",
+        "with a transposed-stride cotangent",
+        "with a zero cotangent (every stride 0)",
+    }
+    assert all(c.kind == "bitwise" for c in result.comparisons)

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from linattn_verify.core.family import family_of
 from linattn_verify.delta.reference_kernels import with_state_dtype as delta_with_state_dtype
 from linattn_verify.drift import (
     DriftPoint,
@@ -20,7 +21,6 @@ from linattn_verify.drift import (
     growth_exponent,
     measure_drift,
 )
-from linattn_verify.drift_families import driver_for
 from linattn_verify.drift_linear import linear_forward_bounds
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.recipe import PrecisionRecipe
@@ -199,7 +199,8 @@ def test_state_dtype_kernels_declare_what_they_do() -> None:
 
 def test_points_are_prefixes_of_one_draw() -> None:
     settings = DriftSettings(**SMALL)  # type: ignore[arg-type]
-    inputs = driver_for(get_kernel("torch/delta.chunk"), settings).inputs(settings)
+    kernel = get_kernel("torch/delta.chunk")
+    inputs = family_of(kernel).drift_driver(kernel, settings).inputs(settings)
     short, long = cast_inputs(inputs, 64, "bfloat16"), cast_inputs(inputs, 128, "bfloat16")
     for name, x in short.items():
         assert torch.equal(x, long[name][:, :64])

@@ -1,14 +1,23 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""`linattn_verify.families`: every kernel, case and problem finds its family by attribute."""
+"""`linattn_verify.core.family`: families come from entry points; everything finds its family."""
 
 from __future__ import annotations
 
 import pytest
 
+from linattn_verify.core.family import (
+    Family,
+    FamilyCase,
+    FamilyKernel,
+    families,
+    family_named,
+    family_of,
+    is_case,
+    register_family,
+)
 from linattn_verify.delta.reference_kernels import delta_reference_kernels
 from linattn_verify.delta.strategies import DeltaCase
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.families import FAMILIES, family_named, family_of, is_case
 from linattn_verify.registry import registered_kernels
 from linattn_verify.strategies import ProblemSpec
 
@@ -54,5 +63,27 @@ def test_an_unknown_family_names_the_families(name: object) -> None:
 
 
 def test_each_family_has_its_catalogue() -> None:
-    for family in FAMILIES.values():
+    for family in families().values():
         assert "outputs_match_oracle" in family.properties()
+
+
+def test_the_shipped_families_are_installed_entry_points() -> None:
+    from importlib import metadata
+
+    named = {e.name for e in metadata.entry_points(group="linattn_verify.families")}
+    assert {"linear_attn", "delta"} <= named
+    assert all(isinstance(f, Family) for f in families().values())
+
+
+def test_kernels_and_cases_of_every_family_have_what_shared_code_reads() -> None:
+    for kernel in (registered_kernels()["torch/chunk"], delta_reference_kernels()[0]):
+        assert isinstance(kernel, FamilyKernel)
+    for case in (SPEC, DELTA_CASE):
+        assert isinstance(case, FamilyCase)
+
+
+def test_a_family_is_registered_once_by_name() -> None:
+    with pytest.raises(InvalidArgument, match="a family of that name exists"):
+        register_family(family_named("delta"))
+    with pytest.raises(InvalidArgument, match=r"Expected a linattn_verify\.core\.Family"):
+        register_family("delta")  # type: ignore[arg-type]

@@ -12,23 +12,45 @@ from linattn_properties._support import judged
 
 from linattn_verify.checking import SLICES, CheckListener, SearchSettings, check_kernel
 from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.reach import (
+    REACH_MAX_FEATURES,
+    VECTOR_BOUND_ELEMENTS,
+    reach_fits,
+    reach_spec,
+)
 from linattn_verify.reach import (
     MAX_SEQ_LEN,
     REACH_HEADS,
-    REACH_MAX_FEATURES,
     RERUNS,
-    VECTOR_BOUND_ELEMENTS,
     Item,
     ReachRun,
     Size,
-    boundary_sizes,
     chunk_sizes,
-    reach_plan,
-    reach_spec,
 )
+from linattn_verify.reach import boundary_sizes as any_family_sizes
+from linattn_verify.reach import reach_plan as any_family_plan
 from linattn_verify.registry import get_kernel
 from linattn_verify.results import PropertyResult
 from linattn_verify.typing import LIFTED_MAPS
+
+
+def boundary_sizes(kernel: Kernel, **options: object) -> tuple[Size, ...]:
+    """The linear family's reach sizes (its vector-gate limit applied)."""
+    return any_family_sizes(
+        kernel,
+        fits=lambda T, K, V: reach_fits(kernel, T, K, V),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def reach_plan(kernel: Kernel, properties: tuple[str, ...], **options: object) -> tuple[Item, ...]:
+    """The linear family's reach plan."""
+    return any_family_plan(
+        kernel,
+        properties,
+        fits=lambda T, K, V: reach_fits(kernel, T, K, V),
+        **options,  # type: ignore[arg-type]
+    )
 
 
 def _chunked(C: int = 64, **capabilities: object) -> Kernel:
@@ -177,9 +199,11 @@ def test_budget_is_shared_by_time_not_examples(tmp_path: Path) -> None:
     # Every search stops starting cases when its time slice is spent (each may finish the case
     # it is running: 0.3 s past its slice, in each of at most SLICES rounds), and sizes its
     # examples to the slice: the slow property gets its half of the time, not the whole budget,
-    # and the fast one many more examples.
+    # and the fast one more examples (shared by examples, both would get the same number). How
+    # many more depends on how fast Hypothesis draws on a loaded machine (measured: 8x to 30x);
+    # a draw takes well under the slow property's 0.3 s even then, hence at least twice as many.
     assert slow.seconds < budget / 2 + 0.3 * SLICES
-    assert fast.examples > 10 * slow.examples
+    assert fast.examples > 2 * slow.examples
     assert report.seconds < budget + 0.3 + 0.5
 
 
@@ -197,3 +221,19 @@ def test_reach_reports_the_sizes_it_checked(tmp_path: Path) -> None:
     # torch/chunk declares K, V <= 256: the reach goes to the declared maximum, not past it.
     assert max(max(K, V) for _, K, V in listener.cases) == 256
     assert "largest T 257, largest head dim 256" in line
+
+
+def test_a_property_whose_bound_certified_nothing_gives_its_time_to_the_others() -> None:
+    sizes = [Size(T, 16, 16, "T") for T in (64, 128, 256, 512)]
+    items = tuple(Item(s, p) for s in sizes for p in ("outputs", "gradients"))
+    run = ReachRun(items, seconds=100.0)
+    ran = []
+    for item in run.walk(lambda: 0.0):
+        ran.append((item.property, item.size.T))
+        # The gradients' bound spans the whole scale at T = 128: ill-conditioned from there on.
+        run.record(item, 0.1, decided=not (item.property == "gradients" and item.size.T >= 128))
+    assert ran == [
+        ("outputs", 64), ("gradients", 64), ("outputs", 128), ("gradients", 128),
+        ("outputs", 256), ("outputs", 512),
+    ]  # fmt: skip
+    assert [(i.property, i.size.T) for i in run.skipped] == [("gradients", 256), ("gradients", 512)]

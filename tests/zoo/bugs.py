@@ -24,6 +24,7 @@ import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,6 +44,9 @@ from linattn_verify.reference_kernels import (
 )
 from linattn_verify.registry import FULL as EVERYTHING
 from linattn_verify.semantics import Problem
+from linattn_verify.targets import import_file
+
+_MEMORY = import_file(Path(__file__).with_name("memory_bugs.py"), "_linattn_zoo_memory_bugs")
 
 # The elementwise feature maps: the lifted ones have their own zoo (lifted_bugs.py), and several
 # twins here build their features elementwise.
@@ -578,6 +582,33 @@ def contiguity_assumed(p: Problem) -> tuple[torch.Tensor, State]:
     return reference("chunk", replace(p, q=_raw(p.q), k=_raw(p.k), v=_raw(p.v), g=g))
 
 
+def _named(fn: Any, name: str, doc: str) -> Any:
+    fn.__name__, fn.__qualname__, fn.__doc__ = name, name, doc
+    return fn
+
+
+last_dim_stride_ignored = _named(
+    _MEMORY.last_dim_stride_ignored(CHUNK_TWIN.fn),
+    "last_dim_stride_ignored",
+    """Shapes and layout: walks the last dim of q, k, v, g with ``ptr++``, never its stride.
+
+    Right for contiguous, transposed and sliced inputs (their last stride is 1); wrong for a
+    tensor whose last dim is strided (every other feature of a packed projection), where it reads
+    the elements between (a CPU kernel's inner loop over a raw pointer).
+    """,
+)
+dense_cotangent_assumed = _named(
+    _MEMORY.dense_cotangent_assumed(CHUNK_TWIN.fn),
+    "dense_cotangent_assumed",
+    """Shapes and layout: the backward reads do (and the final state's) as dense, contiguous.
+
+    Right for the dense cotangent every test hands it; wrong for ``o.sum().backward()`` (an
+    expanded cotangent, every stride 0: it reads past a one-element storage) and for a loss on
+    a permuted output (a transposed cotangent: it reads do's elements in the wrong order).
+    """,
+)
+
+
 # Scale.
 
 
@@ -749,6 +780,12 @@ ZOO: tuple[ZooEntry, ...] = (
     ),
     _entry(head_first_layout_assumed, CHUNK_TWIN, "shapes and layout", "fla #547"),
     _entry(contiguity_assumed, CHUNK_TWIN, "shapes and layout", "strided inputs"),
+    _convention_entry(
+        last_dim_stride_ignored, CHUNK_TWIN, "shapes and layout", "a strided last dim"
+    ),
+    _convention_entry(
+        dense_cotangent_assumed, CHUNK_TWIN, "shapes and layout", "o.sum().backward()"
+    ),
     _entry(dv_uses_default_scale, CHUNK_TWIN, "scale", "fla #47"),
     _convention_entry(scale_default_from_values, CHUNK_TWIN, "scale", "fla PR #130"),
     _entry(

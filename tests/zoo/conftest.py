@@ -40,8 +40,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         ids = [e.broken.name.removeprefix("zoo/") for e in small]
         metafunc.parametrize("small_size_entry", small, ids=ids)
     if "zoo_twin" in metafunc.fixturenames:
-        ids = [t.name.removeprefix("zoo-twin/") for t, _ in TWINS]
-        metafunc.parametrize("zoo_twin", TWINS, ids=ids)
+        params = []
+        for twin, extra in TWINS:
+            name = twin.name.removeprefix("zoo-twin/")
+            params.append(pytest.param((twin, ()), id=name))
+            if extra:
+                # The costly extras (a dynamo trace per case: 60 s for the chunk twin) with
+                # `-m slow`; CI searches the twin with the catalogue and the broken kernel's test
+                # runs the twin on the case it fails, extras included.
+                slow = pytest.mark.slow
+                params.append(pytest.param((twin, extra), id=f"{name}+extra", marks=slow))
+        metafunc.parametrize("zoo_twin", params)
 
 
 @pytest.fixture(scope="session")

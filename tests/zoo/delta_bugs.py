@@ -25,12 +25,15 @@ broken kernel by name. Load it by path (`linattn_verify.targets.import_file`), a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from linattn_verify.core.memory import contiguous_cotangent
 from linattn_verify.delta.kernel import DeltaKernel
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import (
@@ -44,8 +47,10 @@ from linattn_verify.delta.reference_kernels import (
     float32_problem,
 )
 from linattn_verify.errors import InvalidArgument
+from linattn_verify.targets import import_file
 
 RECURRENT_REFERENCE, CHUNK_REFERENCE = delta_reference_kernels()
+_MEMORY = import_file(Path(__file__).with_name("memory_bugs.py"), "_linattn_zoo_memory_bugs")
 C = DEFAULT_CHUNK_SIZE
 SequenceResult = tuple[torch.Tensor, torch.Tensor]
 OneSequence = Callable[..., SequenceResult]
@@ -243,7 +248,10 @@ def chunk_one(
     * ``"full_qk_mask"``: O reads the whole chunk's Vn (Q K^T unmasked, the weights of j > i
       included): later tokens leak into earlier outputs;
     * ``"final_state_before_tail"``: the final state is the one entering a partial last chunk
-      (the tail's output is right, its state update is not returned).
+      (the tail's output is right, its state update is not returned);
+    * ``"carried_state_undecayed"``: the state handed from one chunk to the next is not
+      multiplied by the chunk's total decay e^{G_c} (the state leaving the last chunk is: right
+      within one chunk, and without a gate).
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidArgument(f"Got chunk_size={chunk_size!r}, but chunk_size must be an int >= 1.")
@@ -279,7 +287,10 @@ def chunk_one(
         outputs.append(scale * (q_in @ S + Aqk @ Vn))  # [H, c, V]
         if bug == "final_state_before_tail" and c < chunk_size:
             returned = S
-        S = (S if decay is None else decay * S) + k_out.transpose(-1, -2) @ Vn
+        # The bug's kernel keeps its own loop's state undecayed from the first boundary on.
+        undecayed = bug == "carried_state_undecayed" and end < L
+        kept = S if decay is None or undecayed else decay * S
+        S = kept + k_out.transpose(-1, -2) @ Vn
     if not outputs:
         return seq.v.new_zeros(0, H, seq.v.shape[-1]), S
     return torch.cat(outputs, dim=1).transpose(0, 1), S if returned is None else returned
@@ -346,9 +357,11 @@ def _convention(one: OneSequence, bug: str | None) -> Callable[..., Any]:
             states.append(S)
         o = torch.cat(outputs, dim=0).reshape(*p.q.shape[:3], p.v.shape[-1])
         o = truncated_to(o, dtype) if bug == "output_truncated" else o.to(dtype)
-        return o, (torch.stack(states, dim=0) if p.output_final_state else None)
+        S = torch.stack(states, dim=0) if p.output_final_state else None
+        # As the references: the backward gets its cotangents contiguous (layout-exact).
+        return contiguous_cotangent(o), contiguous_cotangent(S)
 
-    kernel.__name__ = f"delta_{bug or one.__name__}"
+    kernel.__name__ = f"delta_{bug or getattr(one, '__name__', 'chunk_one')}"
     kernel.__qualname__ = kernel.__name__
     return kernel
 
@@ -380,6 +393,39 @@ def _broken(bug: str, twin: DeltaKernel) -> DeltaKernel:
     DELTA_TWIN_OF[kernel.name] = twin
     return kernel
 
+
+def _wrapping(name: str, fn: Callable[..., Any], twin: DeltaKernel) -> DeltaKernel:
+    """A broken kernel that wraps ``twin``'s function (a bug in how it meets memory)."""
+    kernel = replace(twin, name=f"zoo/delta_{name}", fn=fn)
+    DELTA_TWIN_OF[kernel.name] = twin
+    return kernel
+
+
+CHUNK64_TWIN = replace(
+    CHUNK_REFERENCE,
+    name="zoo-twin/delta-chunk64",
+    fn=_convention(functools.partial(chunk_one, chunk_size=64), None),
+    recipe=replace(CHUNK_REFERENCE.recipe, chunk_size=64),  # type: ignore[type-var]
+    capabilities=replace(CHUNK_REFERENCE.capabilities, chunk_sizes=()),
+)
+"""The chunk form with chunks of 64 (FLA's default) and no chunk_size= option: cases of the
+zoo's small search (T <= 40) never cross a chunk boundary."""
+
+DELTA_SIZE_ZOO: list[tuple[DeltaKernel, str, str]] = [
+    (
+        replace(
+            CHUNK64_TWIN,
+            name="zoo/delta_carried_state_undecayed",
+            fn=_convention(functools.partial(chunk_one, chunk_size=64), "carried_state_undecayed"),
+        ),
+        "decay",
+        "A chunk-64 kernel hands the state to the next chunk without the chunk's total decay "
+        "e^{G_c}: right for T <= 64 (one chunk) and without a gate, wrong past the first chunk "
+        "of a gated sequence. Only the size reach of `check` draws such T.",
+    ),
+]
+"""Broken kernels wrong only past T = 64, with their twin `CHUNK64_TWIN`: caught by `check`'s
+size reach (tests/cli/test_check_delta.py), never by the zoo's small in-process search."""
 
 DELTA_ZOO: list[tuple[DeltaKernel, str, str]] = [
     (
@@ -489,8 +535,30 @@ DELTA_ZOO: list[tuple[DeltaKernel, str, str]] = [
         "to within 5e-7 relative for ||x|| ~ 1, but for small rows (||x||^2 ~ eps) the "
         "normalised norm is near 1 instead of near 1/sqrt(2).",
     ),
+    (
+        _wrapping(
+            "last_dim_stride_ignored",
+            _MEMORY.last_dim_stride_ignored(RECURRENT_TWIN.fn),
+            RECURRENT_TWIN,
+        ),
+        "conventions",
+        "The kernel walks the last dim of q, k, v, g and beta with ptr++, never reading its "
+        "stride: right for contiguous, transposed and sliced inputs (last stride 1), wrong for a "
+        "tensor whose last dim is strided (every other feature of a packed projection).",
+    ),
+    (
+        _wrapping(
+            "dense_cotangent_assumed",
+            _MEMORY.dense_cotangent_assumed(RECURRENT_TWIN.fn),
+            RECURRENT_TWIN,
+        ),
+        "gradients",
+        "The backward reads do and dS_T as dense contiguous tensors: right for the dense "
+        "cotangent tests hand it, wrong for o.sum().backward() (an expanded cotangent, every "
+        "stride 0) and for a loss on a permuted output (a transposed one).",
+    ),
 ]
 """Each broken kernel with its bug class and what it does (`DELTA_TWIN_OF` has its twin)."""
 
 
-__all__ = ["DELTA_TWINS", "DELTA_TWIN_OF", "DELTA_ZOO"]
+__all__ = ["CHUNK64_TWIN", "DELTA_SIZE_ZOO", "DELTA_TWINS", "DELTA_TWIN_OF", "DELTA_ZOO"]

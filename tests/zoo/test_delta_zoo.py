@@ -60,6 +60,8 @@ example at which it failed:
     scale_on_k                  outputs_match_oracle    #4
     l2norm_eps_outside_sqrt     outputs_match_oracle    #4
     output_truncated            dyadic_inputs_exact     #4
+    last_dim_stride_ignored     contract_holds          #4
+    dense_cotangent_assumed     backward_takes_any_cotangent    #4
 
 With SEED = 0 to 7 as well every entry was caught by a property of `SEES`, at example 2 to 9
 (``output_truncated``: 4 to 10; only a 16-bit case can show it, and no other property sees it),
@@ -101,6 +103,8 @@ SEES: dict[str, frozenset[str]] = {
         {"wy system", "decay", "state", "precision", "conventions"}
     ),
     "contract_holds": FORWARD,
+    # Its cotangents laid out as real losses hand them over: how the backward reads them.
+    "backward_takes_any_cotangent": frozenset({"gradients"}),
     # Basis keys, beta = 1, g = 0, dyadic q and v: every sum exact, o rounded once to nearest.
     # Sees a wrong rounding however small, and a wrong system, state, mask or scale; not beta
     # (beta = 1), not the decay (g = 0), not gradients.

@@ -14,6 +14,15 @@ from linattn_kernels.common.feature_maps import FEATURE_CODES
 MAX_HEAD_DIM = 256
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+SCALAR_GATE = 1
+"""The kernels' constexpr ``GATE`` for g ``[B, T, H]``, one log decay per token and head.
+
+``GATE`` is 0 without a g; each kernel compiles only the branches of the gate it is given.
+"""
+
+VECTOR_GATE = 2
+"""The kernels' constexpr ``GATE`` for g ``[B, T, H, K]``, one log decay per key dimension."""
+
 
 @dataclass(frozen=True)
 class Inputs:
@@ -37,6 +46,13 @@ class Inputs:
     K: int
     V: int
     N: int  # number of sequences
+
+    @property
+    def gate(self) -> int:
+        """The kernels' ``GATE``: 0 without g, else `SCALAR_GATE` or `VECTOR_GATE` by g's rank."""
+        if self.g is None:
+            return 0
+        return VECTOR_GATE if self.g.ndim == 4 else SCALAR_GATE
 
 
 def _tensor(name: str, x: object, layout: str, ndim: int) -> torch.Tensor:

@@ -85,6 +85,27 @@ def saved_for_backward(ctx: Any) -> tuple[Inputs, Forward]:
     return x, Forward(o=None, ht=ht, zt=zt, o_acc=o_acc, den=den, G=G, table=ctx.table)
 
 
+def final_state_decay_grad(
+    dht: torch.Tensor,
+    ht: torch.Tensor,
+    dzt: torch.Tensor | None,
+    zt: torch.Tensor | None,
+    *,
+    per_row: bool,
+) -> torch.Tensor:
+    """The final state's share of dL/dG_T: <dS_T, S_T> (+ <dz_T, z_T> when both are given).
+
+    S_T (and z_T) carry exp(G_T), so a cotangent of the final state reaches the last token's
+    cumulative decay. Per sequence and head ``[N, H]``; ``per_row`` (a vector gate, where row m
+    carries exp(G_T,m)) keeps the rows apart: ``[N, H, K]``.
+    """
+    if per_row:
+        term = (dht * ht).sum(dim=-1)
+        return term if dzt is None or zt is None else term + dzt * zt
+    term = (dht * ht).sum(dim=(-2, -1))
+    return term if dzt is None or zt is None else term + (dzt * zt).sum(dim=-1)
+
+
 def final_state(x: Inputs, ht: torch.Tensor | None, zt: torch.Tensor | None) -> State | None:
     """What a public function returns as its final state: `None`, S_T, or ``(S_T, z_T)``."""
     if not x.output_final_state:

@@ -1,8 +1,8 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Causal linear attention in three forms: parallel, chunked and recurrent (forward + backward).
 
-Each takes a scalar gate g ``[B, T, H]`` or a vector gate g ``[B, T, H, K]``; the latter runs the
-kernels of `linattn_kernels.gla`.
+Each takes a scalar gate g ``[B, T, H]`` or a vector gate g ``[B, T, H, K]``; both run the same
+kernels, specialised at compile time by their constexpr ``GATE`` (README, "Vector gates").
 
 Each form's ``precision_recipe(dtype)`` returns the keyword arguments of
 ``linattn_verify.recipe.PrecisionRecipe`` describing how it rounds in the current mode

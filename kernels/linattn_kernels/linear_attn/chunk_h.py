@@ -5,6 +5,11 @@ One program per (sequence·head, K-block, V-block) walks the chunks of its seque
 (in reverse order for dS), carrying a ``[BK, BV]`` fp32 tile of the state, and stores it at
 every chunk start (dS at every chunk end) for the parallel per-chunk kernels in `chunk`. With
 ``normalize`` the key sum z (and its cotangent) rides along as an extra value column.
+
+The constexpr ``GATE`` picks the decay (0 none, 1 scalar g ``[B, T, H]``, 2 vector g
+``[B, T, H, K]``). With a vector gate row m of the tile decays with its own chunk-local
+cumulative sums: keys enter with exp(G_L,m - G_j,m), the carried state is multiplied by
+exp(G_L,m), and (backward) queries reach dS with exp(G_t,m). Every exponent is <= 0.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import triton.language as tl
 
 from linattn_kernels.common.args import Inputs
 from linattn_kernels.common.blocks import chunk_block, chunk_num_warps
-from linattn_kernels.common.decay import chunk_decay
+from linattn_kernels.common.decay import chunk_decay, vector_chunk_decay
 from linattn_kernels.common.division import reciprocal
 from linattn_kernels.common.loads import (
     load_features,
@@ -37,7 +42,7 @@ def chunk_fwd_kernel_h(
     k, v, g, h0, z0, h, hz, ht, zt, cu_seqlens, chunk_offsets,
     H, K, V,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, FEATURE: tl.constexpr,
-    USE_G: tl.constexpr, USE_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
+    GATE: tl.constexpr, USE_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
     NORMALIZE: tl.constexpr, DOT_LOW: tl.constexpr,
 ):  # fmt: skip
     """S (and z) at every chunk start, and S_T (z_T) (grid: N·H, K-blocks, V-blocks)."""
@@ -70,11 +75,18 @@ def chunk_fwd_kernel_h(
         rows = bos + o_t
         b_k, _ = load_features(k, rows, m_t, i_h, H, K, o_k, m_k, FEATURE)  # [BT, BK]
         b_v = load_rows(v, rows, m_t, i_h, H, V, o_v, m_v)  # [BT, BV]
-        if USE_G:
+        if GATE == 1:
             b_G, b_GL = chunk_decay(g, rows, m_t, i_h, H, BT)
             # exp(G_L - G_j) <= 1: the weight of key j at the chunk end, never a quotient.
             b_k = b_k * tl.exp(b_GL - b_G)[:, None]
             b_h = b_h * tl.exp(b_GL)
+            b_z = b_z * tl.exp(b_GL)
+        elif GATE == 2:
+            # [BT, BK], [BK]
+            b_G, b_GL = vector_chunk_decay(g, rows, m_t, i_h, H, K, o_k, m_k, BT)
+            # exp(G_L,m - G_j,m) <= 1 per dimension: the weight of key j at the chunk end.
+            b_k = b_k * tl.exp(tl.where(m_t[:, None], b_GL[None, :] - b_G, float("-inf")))
+            b_h = b_h * tl.exp(b_GL)[:, None]
             b_z = b_z * tl.exp(b_GL)
         b_h += tl.dot(tl.trans(operand(b_k, DOT_LOW, DT)), operand(b_v, DOT_LOW, DT))
         if NORMALIZE:
@@ -90,7 +102,7 @@ def chunk_bwd_kernel_dh(
     q, g, do, den, dd, dht, dzt, dh, dhz, dh0, dz0, cu_seqlens, chunk_offsets, scale,
     H, K, V,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, FEATURE: tl.constexpr,
-    USE_G: tl.constexpr, USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr,
+    GATE: tl.constexpr, USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr,
     NORMALIZE: tl.constexpr, DOT_LOW: tl.constexpr,
 ):  # fmt: skip
     """dS (and dz) at every chunk end, and dS_0 (dz_0) (grid: N·H, K-blocks, V-blocks)."""
@@ -126,17 +138,27 @@ def chunk_bwd_kernel_dh(
         rows = bos + o_t
         b_q, _ = load_features(q, rows, m_t, i_h, H, K, o_k, m_k, FEATURE)  # [BT, BK]
         b_do = load_rows(do, rows, m_t, i_h, H, V, o_v, m_v)  # [BT, BV]
-        # Per-row weight of do_t in dS: s exp(G_t) (/ D_t when normalized).
+        if GATE == 2:
+            # [BT, BK], [BK]
+            b_G, b_GL = vector_chunk_decay(g, rows, m_t, i_h, H, K, o_k, m_k, BT)
+            # exp(G_t,m) <= 1: how query t's dimension m reads the state at the chunk start.
+            b_q = b_q * tl.exp(tl.where(m_t[:, None], b_G, float("-inf")))
+        # Per-row weight of do_t in dS: s exp(G_t) (/ D_t when normalized); a vector gate's
+        # exp(G_t,m) is in b_q already.
         b_f = tl.full([BT], scale, dtype=tl.float32)  # [BT]
         if NORMALIZE:
             b_fz = scale * load_per_token(dd, rows, m_t, i_h, H)
             b_f = b_f * reciprocal(load_per_token(den, rows, m_t, i_h, H))
-        if USE_G:
+        if GATE == 1:
             b_G, b_GL = chunk_decay(g, rows, m_t, i_h, H, BT)
             b_f = b_f * tl.exp(b_G)
             b_dh = b_dh * tl.exp(b_GL)
             if NORMALIZE:
                 b_fz = b_fz * tl.exp(b_G)
+                b_dz = b_dz * tl.exp(b_GL)
+        elif GATE == 2:
+            b_dh = b_dh * tl.exp(b_GL)[:, None]
+            if NORMALIZE:
                 b_dz = b_dz * tl.exp(b_GL)
         b_qf = operand(b_q * b_f[:, None], DOT_LOW, DT)
         b_dh += tl.dot(tl.trans(b_qf), operand(b_do, DOT_LOW, DT))
@@ -207,7 +229,7 @@ def chunk_fwd_h(x: Inputs, *, table: ChunkTable, store_final: bool, dot_low: boo
         k=x.k, v=x.v, g=x.g, h0=x.h0, z0=x.z0, h=h, hz=hz, ht=ht, zt=zt,
         cu_seqlens=table.cu_seqlens, chunk_offsets=table.chunk_offsets,
         H=H, K=K, V=V, BT=table.chunk_size, BK=BK, BV=BV, FEATURE=x.feature,
-        USE_G=x.g is not None, USE_H0=x.h0 is not None, STORE_FINAL=store_final,
+        GATE=x.gate, USE_H0=x.h0 is not None, STORE_FINAL=store_final,
         NORMALIZE=x.normalize, DOT_LOW=dot_low, num_warps=chunk_num_warps(table.chunk_size),
     )  # fmt: skip
     return ChunkStates(h=h, hz=hz, ht=ht, zt=zt)
@@ -253,7 +275,7 @@ def chunk_bwd_dh(
     chunk_bwd_kernel_dh[(N * H, triton.cdiv(K, BK), triton.cdiv(V, BV))](
         q=x.q, g=x.g, do=do, den=den, dd=dd, dht=dht, dzt=dzt, dh=dh, dhz=dhz, dh0=dh0, dz0=dz0,
         cu_seqlens=table.cu_seqlens, chunk_offsets=table.chunk_offsets, scale=x.scale,
-        H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, FEATURE=x.feature, USE_G=x.g is not None,
+        H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, FEATURE=x.feature, GATE=x.gate,
         USE_DHT=dht is not None or dzt is not None, STORE_DH0=x.h0 is not None,
         NORMALIZE=x.normalize, DOT_LOW=dot_low, num_warps=chunk_num_warps(BT),
     )  # fmt: skip

@@ -6,6 +6,10 @@ key sum z ``[BK]``) in registers and walks the sequence one token at a time, O(T
 ``tl.dot``. The backward pass is two kernels: a forward-time pass that recomputes the states
 and gives dq (and the q-part of dL/dG), and a reverse-time pass over the state cotangent that
 gives dk, dv, d S_0 (d z_0) and dg as a running reverse sum. The maths is in the README.
+
+The constexpr ``GATE`` picks the decay: 0 none, 1 a scalar g ``[B, T, H]`` (one factor per token
+scales the whole tile), 2 a vector g ``[B, T, H, K]`` (row m of the tile decays by its own
+exp(g_t,m), and dL/dG and dg stay per key dimension). Only the given gate's branches compile.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import triton.language as tl
 from linattn_kernels import _backend
 from linattn_kernels.common.args import (
     INPUT_DTYPES,
+    VECTOR_GATE,
     Inputs,
     empty_output,
     finish_output,
@@ -37,7 +42,6 @@ from linattn_kernels.common.results import (
     save_for_backward,
     saved_for_backward,
 )
-from linattn_kernels.gla.recurrent import gla_recurrent_bwd, gla_recurrent_fwd
 from linattn_kernels.lifted import LIFTED_MAPS, lifted_attention, refuse_weights
 
 
@@ -73,7 +77,7 @@ def recurrent_fwd_kernel(
     q, k, v, g, o, den, h0, z0, ht, zt, cu_seqlens,
     scale, eps, T,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    FEATURE: tl.constexpr, USE_G: tl.constexpr, NORMALIZE: tl.constexpr, USE_H0: tl.constexpr,
+    FEATURE: tl.constexpr, GATE: tl.constexpr, NORMALIZE: tl.constexpr, USE_H0: tl.constexpr,
     STORE_FINAL: tl.constexpr, STORE_DEN: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
     """o_t = s φ(q_t)^T S_t (/ Z_t), and S_T (z_T) (grid: V-blocks, N·H)."""
@@ -99,9 +103,14 @@ def recurrent_fwd_kernel(
         # Padding lanes are zeroed after φ: elu1(0) = 1 would otherwise leak into the sums.
         b_q = tl.where(m_k, feature_map(b_q, FEATURE), 0.0) * scale
         b_k = tl.where(m_k, feature_map(b_k, FEATURE), 0.0)
-        if USE_G:
+        if GATE == 1:
             b_a = tl.exp(tl.load(g + i_th).to(tl.float32))
             b_h = b_h * b_a
+            b_z = b_z * b_a
+        elif GATE == 2:
+            # One factor per key dimension; padded lanes load g = 0 and multiply zeros. [BK]
+            b_a = tl.exp(tl.load(g + i_th * K + o_k, mask=m_k, other=0.0).to(tl.float32))
+            b_h = b_h * b_a[:, None]
             b_z = b_z * b_a
         b_h += b_k[:, None] * b_v[None, :]
         # [BV]
@@ -127,10 +136,13 @@ def recurrent_bwd_kernel_dq(
     q, k, v, g, do, den, dden, h0, z0, dht, dzt, dq, dgq, dgt, cu_seqlens,
     scale, T, TOTAL,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    FEATURE: tl.constexpr, USE_G: tl.constexpr, NORMALIZE: tl.constexpr, USE_H0: tl.constexpr,
+    FEATURE: tl.constexpr, GATE: tl.constexpr, NORMALIZE: tl.constexpr, USE_H0: tl.constexpr,
     USE_DHT: tl.constexpr, USE_DZT: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
-    """Forward in time: recompute S_t (z_t); this V-block's dq and q̃·dq̃ (grid: V-blocks, N·H)."""
+    """Forward in time: recompute S_t (z_t); this V-block's dq and q̃·dq̃ (grid: V-blocks, N·H).
+
+    q̃·dq̃ is summed over K for a scalar gate and kept per dimension (q̃ ⊙ dq̃) for a vector gate.
+    """
     i_v = tl.program_id(0).to(tl.int64)
     i_nh = tl.program_id(1).to(tl.int64)
     bos, eos = _span(cu_seqlens, i_nh // H, T, IS_VARLEN)
@@ -151,9 +163,13 @@ def recurrent_bwd_kernel_dq(
         b_do = tl.load(do + i_th * V + o_v, mask=m_v, other=0.0).to(tl.float32)
         b_q = tl.where(m_k, feature_map(b_x, FEATURE), 0.0) * scale
         b_k = tl.where(m_k, feature_map(b_k, FEATURE), 0.0)
-        if USE_G:
+        if GATE == 1:
             b_a = tl.exp(tl.load(g + i_th).to(tl.float32))
             b_h = b_h * b_a
+            b_z = b_z * b_a
+        elif GATE == 2:
+            b_a = tl.exp(tl.load(g + i_th * K + o_k, mask=m_k, other=0.0).to(tl.float32))
+            b_h = b_h * b_a[:, None]
             b_z = b_z * b_a
         b_h += b_k[:, None] * b_v[None, :]
         if NORMALIZE:
@@ -163,21 +179,28 @@ def recurrent_bwd_kernel_dq(
         b_dq = tl.sum(b_h * b_do[None, :], axis=1)
         if NORMALIZE:
             b_dq += b_first * tl.load(dden + i_th) * b_z
-        if USE_G:
+        if GATE == 1:
             # q̃_t · d q̃_t, this V-block's share of dL/dG_t.
             tl.store(dgq + i_v * TOTAL + i_th, tl.sum(b_q * b_dq, axis=0))
+        elif GATE == 2:
+            # q̃_t ⊙ d q̃_t: this V-block's share of dL/dG_t per dimension.
+            tl.store(dgq + (i_v * TOTAL + i_th) * K + o_k, b_q * b_dq, mask=m_k)
         b_dq = b_dq * scale * feature_map_grad(b_x, FEATURE)
         tl.store(dq + (i_v * TOTAL + i_th) * K + o_k, b_dq, mask=m_k)
         i_th += H
 
-    if USE_G:
-        # dS_T reaches G_T through S_T = e^{G_T}(...): <dS_T, S_T> + <dz_T, z_T>.
+    if GATE > 0:
+        # dS_T reaches G_T through S_T = e^{G_T}(...): <dS_T, S_T> + <dz_T, z_T>, per row m
+        # (S_T,m = e^{G_T,m}(...)) for a vector gate. [BK]
         b_dgt = tl.zeros([BK], dtype=tl.float32)
         if USE_DHT:
             b_dgt += tl.sum(load_tile(dht, i_nh, K, V, o_k, o_v, m_k, m_v) * b_h, axis=1)
         if USE_DZT:
             b_dgt += b_first * load_key_sum(dzt, i_nh, K, o_k, m_k) * b_z
-        tl.store(dgt + i_v * tl.num_programs(1) + i_nh, tl.sum(b_dgt, axis=0))
+        if GATE == 1:
+            tl.store(dgt + i_v * tl.num_programs(1) + i_nh, tl.sum(b_dgt, axis=0))
+        else:
+            tl.store(dgt + (i_v * tl.num_programs(1) + i_nh) * K + o_k, b_dgt, mask=m_k)
 
 
 @triton.jit
@@ -185,7 +208,7 @@ def recurrent_bwd_kernel_dkv(
     q, k, v, g, do, den, dden, dht, dzt, dgq, dgt, dk, dv, dg, dh0, dz0, cu_seqlens,
     scale, T, TOTAL,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    FEATURE: tl.constexpr, USE_G: tl.constexpr, NORMALIZE: tl.constexpr, STORE_DH0: tl.constexpr,
+    FEATURE: tl.constexpr, GATE: tl.constexpr, NORMALIZE: tl.constexpr, STORE_DH0: tl.constexpr,
     USE_DHT: tl.constexpr, USE_DZT: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):  # fmt: skip
     """Backward in time: dS_t, this V-block's dk, dv and dg, and dS_0 (grid: V-blocks, N·H)."""
@@ -207,10 +230,14 @@ def recurrent_bwd_kernel_dkv(
         b_dh += load_tile(dht, i_nh, K, V, o_k, o_v, m_k, m_v)
     if USE_DZT:
         b_dz += load_key_sum(dzt, i_nh, K, o_k, m_k)
-    # dg_t = Σ_{i >= t} dL/dG_i, accumulated while walking backwards.
-    b_dg = tl.zeros([1], dtype=tl.float32)
-    if USE_G:
-        b_dg += tl.load(dgt + i_v * tl.num_programs(1) + i_nh)
+    # dg_t = Σ_{i >= t} dL/dG_i, accumulated while walking backwards (per dimension for a
+    # vector gate: [BK]).
+    if GATE == 2:
+        b_dg = tl.load(dgt + (i_v * tl.num_programs(1) + i_nh) * K + o_k, mask=m_k, other=0.0)
+    else:
+        b_dg = tl.zeros([1], dtype=tl.float32)
+        if GATE == 1:
+            b_dg += tl.load(dgt + i_v * tl.num_programs(1) + i_nh)
 
     for _ in range(eos - bos):
         b_x = tl.load(k + i_th * K + o_k, mask=m_k, other=0.0).to(tl.float32)
@@ -229,11 +256,19 @@ def recurrent_bwd_kernel_dkv(
         if NORMALIZE:
             b_dk += b_first * b_dz
         b_dv = tl.sum(b_dh * b_k[:, None], axis=0)
-        if USE_G:
+        if GATE == 1:
             b_dg += tl.load(dgq + i_v * TOTAL + i_th) - tl.sum(b_k * b_dk, axis=0)
             tl.store(dg + i_v * TOTAL + i_th + tl.arange(0, 1), b_dg)
             b_a = tl.exp(tl.load(g + i_th).to(tl.float32))
             b_dh = b_dh * b_a
+            b_dz = b_dz * b_a
+        elif GATE == 2:
+            # dS_t = diag(a_{t+1}) dS_{t+1} + ...: the carry and the decay are per dimension.
+            b_dgq = tl.load(dgq + (i_v * TOTAL + i_th) * K + o_k, mask=m_k, other=0.0)
+            b_dg += b_dgq - b_k * b_dk
+            tl.store(dg + (i_v * TOTAL + i_th) * K + o_k, b_dg, mask=m_k)
+            b_a = tl.exp(tl.load(g + i_th * K + o_k, mask=m_k, other=0.0).to(tl.float32))
+            b_dh = b_dh * b_a[:, None]
             b_dz = b_dz * b_a
         p_dk = dk + (i_v * TOTAL + i_th) * K + o_k
         tl.store(p_dk, b_dk * feature_map_grad(b_x, FEATURE), mask=m_k)
@@ -258,8 +293,6 @@ def recurrent_fwd(x: Inputs, *, for_backward: bool = False) -> Forward:
         The output in the input dtype and the final state, plus the fp32 output and the
         denominators when normalized ``for_backward``.
     """
-    if x.g is not None and x.g.ndim == 4:
-        return gla_recurrent_fwd(x, for_backward=for_backward)
     T, H, K, V, N = x.T, x.H, x.K, x.V, x.N
     device, dtype = x.q.device, x.q.dtype
     BK, BV, num_warps = recurrent_blocks(K, V)
@@ -273,7 +306,7 @@ def recurrent_fwd(x: Inputs, *, for_backward: bool = False) -> Forward:
     recurrent_fwd_kernel[(triton.cdiv(V, BV), N * H)](
         q=x.q, k=x.k, v=x.v, g=x.g, o=o, den=den, h0=x.h0, z0=x.z0, ht=ht, zt=zt,
         cu_seqlens=x.cu_seqlens, scale=x.scale, eps=x.eps, T=T, H=H, K=K, V=V, BK=BK, BV=BV,
-        FEATURE=x.feature, USE_G=x.g is not None, NORMALIZE=x.normalize, USE_H0=x.h0 is not None,
+        FEATURE=x.feature, GATE=x.gate, NORMALIZE=x.normalize, USE_H0=x.h0 is not None,
         STORE_FINAL=x.output_final_state, STORE_DEN=keep, IS_VARLEN=x.cu_seqlens is not None,
         num_warps=num_warps,
     )  # fmt: skip
@@ -297,10 +330,8 @@ def recurrent_bwd(
         dzt: Cotangent of z_T ``[N, H, K]``, or `None` (zero); normalized only.
 
     Returns:
-        The gradients of q, k, v (input dtype), g, S_0 and z_0 (fp32).
+        The gradients of q, k, v (input dtype), g (g's shape), S_0 and z_0 (fp32).
     """
-    if x.g is not None and x.g.ndim == 4:
-        return gla_recurrent_bwd(x, fwd, do, dht, dzt)
     B, T, H, K, V, N = x.B, x.T, x.H, x.K, x.V, x.N
     device, dtype = x.q.device, x.q.dtype
     BK, BV, num_warps = recurrent_blocks(K, V)
@@ -319,19 +350,21 @@ def recurrent_bwd(
             zero, 0.0, -(do.float() * fwd.o_acc).sum(-1) / torch.where(zero, 1.0, fwd.den)
         ).contiguous()
     use_g = x.g is not None
+    # dL/dG and dg per token and head, and per key dimension too for a vector gate.
+    per_key = (K,) if x.gate == VECTOR_GATE else ()
     dq = torch.empty(NV, B, T, H, K, dtype=torch.float32, device=device)
     dk = torch.empty(NV, B, T, H, K, dtype=torch.float32, device=device)
     dv = empty_output((B, T, H, V), dtype, device)
-    dgq = torch.empty(NV, B, T, H, dtype=torch.float32, device=device) if use_g else None
-    dgt = torch.empty(NV, N, H, dtype=torch.float32, device=device) if use_g else None
-    dg = torch.empty(NV, B, T, H, dtype=torch.float32, device=device) if use_g else None
+    dgq = torch.empty(NV, B, T, H, *per_key, dtype=torch.float32, device=device) if use_g else None
+    dgt = torch.empty(NV, N, H, *per_key, dtype=torch.float32, device=device) if use_g else None
+    dg = torch.empty(NV, B, T, H, *per_key, dtype=torch.float32, device=device) if use_g else None
     dh0 = torch.empty(N, H, K, V, dtype=torch.float32, device=device) if x.h0 is not None else None
     dz0 = torch.empty(N, H, K, dtype=torch.float32, device=device) if x.z0 is not None else None
     common = {
         "q": x.q, "k": x.k, "v": x.v, "g": x.g, "do": do, "den": fwd.den, "dden": dden,
         "dht": dht, "dzt": dzt, "dgq": dgq, "dgt": dgt, "cu_seqlens": x.cu_seqlens,
         "scale": x.scale, "T": T, "TOTAL": B * T * H, "H": H, "K": K, "V": V, "BK": BK, "BV": BV,
-        "FEATURE": x.feature, "USE_G": use_g, "NORMALIZE": x.normalize,
+        "FEATURE": x.feature, "GATE": x.gate, "NORMALIZE": x.normalize,
         "USE_DHT": dht is not None, "USE_DZT": dzt is not None,
         "IS_VARLEN": x.cu_seqlens is not None, "num_warps": num_warps,
     }  # fmt: skip

@@ -26,7 +26,8 @@ DELTA_CATALOGUE_SPEC: dict[str, str] = {
     "no_gate_matches_zero_gate": "family",
     "zero_beta_keeps_state": "exactness",
     "unit_key_reads_back_value": "family",
-    "contract_holds": "exactness",
+    "contract_holds": "contract",
+    "backward_takes_any_cotangent": "contract",
     "dyadic_inputs_exact": "dyadic",
 }
 """Property name -> the module of `linattn_properties.delta` that defines it."""

@@ -23,6 +23,7 @@ from linattn_properties._support import (
     with_returned_state_rounding,
 )
 from linattn_verify.compare import bitwise_mismatch, compare
+from linattn_verify.core.memory import Layout, same_layout, vector_jacobian
 from linattn_verify.delta.bounds import forward_bounds
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem
@@ -48,6 +49,10 @@ class DeltaRun:
         if self.final_state is not None:
             named["final_state"] = self.final_state
         return named
+
+    def everything(self) -> dict[str, torch.Tensor]:
+        """Outputs and gradients (``"d<name>"``), under the names of the bounds."""
+        return {**self.outputs(), **{"d" + n: g for n, g in (self.grads or {}).items()}}
 
 
 @dataclass(frozen=True)
@@ -102,8 +107,13 @@ def run(
     problem: DeltaProblem,
     *,
     cotangents: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+    cotangent_layout: Layout | None = None,
 ) -> DeltaRun:
     """Call ``kernel`` on private copies of ``problem``'s inputs; optionally run backward.
+
+    The copies have the memory layout of the problem's own tensors (strided views of
+    NaN-poisoned buffers, expanded tensors). The backward receives the cotangents laid out by
+    ``cotangent_layout`` (`linattn_verify.core.memory`; contiguous by default).
 
     Raises:
         KernelFailure: the kernel raised (forward or backward), returned something other than
@@ -113,12 +123,12 @@ def run(
     originals = problem.inputs()
     backward = cotangents is not None
     leaves = {n: x.detach().clone().requires_grad_(backward) for n, x in originals.items()}
-    p = replace(problem, **leaves)  # type: ignore[arg-type]
     what = kernel.name
     # Under the interpreter the kernel's arithmetic is numpy's, which warns where a GPU is silent.
     try:
         with np.errstate(all="ignore"), torch.set_grad_enabled(backward):
-            result = kernel.call(p)
+            laid_out = {n: same_layout(leaf, originals[n]) for n, leaf in leaves.items()}
+            result = kernel.call(replace(problem, **laid_out))  # type: ignore[arg-type]
     except Exception as exc:  # the kernel under test may raise anything
         raise KernelFailure(f"{what} raised {type(exc).__name__}: {exc}") from None
     if not isinstance(result, tuple | list) or len(result) != 2:
@@ -130,12 +140,15 @@ def run(
     grads = None
     if cotangents is not None:
         do, dS = cotangents
+        finals = [final] if problem.output_final_state else []
         try:
             with np.errstate(all="ignore"):
-                loss = (o.float() * do.float()).sum()
-                if problem.output_final_state and dS is not None:
-                    loss = loss + (final.float() * dS.float()).sum()
-                values = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+                values = vector_jacobian(
+                    [o, *finals],
+                    [do, dS][: 1 + len(finals)],
+                    list(leaves.values()),
+                    cotangent_layout,
+                )
         except Exception as exc:
             raise KernelFailure(f"{what} backward raised {type(exc).__name__}: {exc}") from None
         grads = {

@@ -74,7 +74,8 @@ def gradients_match_oracle(case: Any, kernel: DeltaKernel) -> PropertyResult:
 
     The cotangents are drawn from the case's seed (`random_delta_cotangents`); the rule is the
     forward one, with the gradient bounds of docs/error-model.md §8.4 (the recurrent recipe's
-    adjoint recurrence, or the chunk recipe's backward through the triangular inverse).
+    adjoint recurrence, or the chunk recipe's backward through the triangular inverse). o and
+    S_T of the same run are judged as in `outputs_match_oracle`.
     """
     prop = "gradients_match_oracle"
     case_ = prepare(prop, case, kernel, backward=True, in_contract=True)
@@ -90,9 +91,13 @@ def gradients_match_oracle(case: Any, kernel: DeltaKernel) -> PropertyResult:
         d_final_state=dS,
         causal_exact=kernel.capabilities.causal_exact,
     )
-    comparisons = [
+    forward = bounds_of(kernel, case_.problem)
+    # The forward tensors of the same run too, as for linear attention: the report's verdict
+    # map then has o and the final state beside the gradients.
+    comparisons = against_oracle(result, forward, kernel.name) + [
         compare(result.grads[name[1:]], tb, subject=kernel.name) for name, tb in bounds.items()
     ]
+    # Ill-conditioned is the gradients' to say: a blunt forward bound leaves them judged.
     return verdict(prop, kernel, case, comparisons, bounds=list(bounds.values()))
 
 

@@ -9,7 +9,7 @@ with its repro and replay lines.
 
 from __future__ import annotations
 
-from linattn_verify.results import FAIL_THRESHOLD, Comparison
+from linattn_verify.results.comparison import FAIL_THRESHOLD, Comparison
 
 
 def _reference_words(c: Comparison) -> str:

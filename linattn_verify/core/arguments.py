@@ -1,0 +1,70 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""argparse types shared by the CLI and the families' flag groups (`Family.add_flags`).
+
+Each raises `argparse.ArgumentTypeError` with what it expected, so argparse reports the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+
+def csv_of(choices: Sequence[str]) -> Any:
+    """A comma-separated subset of ``choices``, as a tuple in the given order."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(x.strip() for x in text.split(",") if x.strip())
+        bad = [x for x in items if x not in choices]
+        if not items or bad:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated subset of {','.join(choices)} but got {text!r}"
+            )
+        return items
+
+    return parse
+
+
+def globs(text: str) -> tuple[str, ...]:
+    """Comma-separated glob patterns (at least one)."""
+    items = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected comma-separated globs but got {text!r}")
+    return items
+
+
+def positive(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer but got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer but got {text!r}")
+    return value
+
+
+def nonnegative(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 but got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """A finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number but got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 but got {text!r}")
+    return value
+
+
+__all__ = ["csv_of", "globs", "nonnegative", "nonnegative_float", "positive"]
