@@ -181,6 +181,8 @@ def test_no_omittable_arguments_pass_every_argument(spec: ProblemSpec) -> None:
     assert spec.omit == ()
 
 
+# Hypothesis finds and shrinks one case per option (11 to 18 s): with `-m slow`.
+@pytest.mark.slow
 def test_calling_styles_shrink_to_explicit_and_reach_every_omission() -> None:
     assert _find(problem_specs(), lambda s: True).omit == ()
     full = Kernel("test/full", lambda *args, **kwargs: None, FULL, PrecisionRecipe(form="chunk"))

@@ -490,6 +490,8 @@ def test_kernel_specs_draw_both_gate_shapes_for_a_kernel_declaring_both(spec: Pr
         assert spec.decay in DECAY_FAMILIES
 
 
+# Hypothesis finds and shrinks one case per option (11 to 18 s): with `-m slow`.
+@pytest.mark.slow
 def test_kernel_specs_reach_vector_gates_and_their_own_families() -> None:
     strategy = kernel_specs(reference_kernels()[0], max_seq_len=12, max_head_dim=6)
     for family in ("mixed", "overflowing_some"):

@@ -92,7 +92,21 @@ def test_check_rejects_broken_zoo_kernel(
     print(f"zoo/{name}: {failed[0]['property']} failed after {first:.1f} s")
 
 
-@pytest.mark.parametrize("name", TWINS)
+def _twin_key(name: str) -> tuple[str, bool]:
+    (entry,) = [e for e in targets.ZOO if e.broken.name == f"zoo/{name}"]
+    return entry.twin.name, targets.CONFIGS[name]["normalize"]
+
+
+CI_TWIN_KEYS = {_twin_key(name) for name in FIRST_OF_CLASS}
+TWIN_PARAMS = [
+    name if _twin_key(name) in CI_TWIN_KEYS else pytest.param(name, marks=pytest.mark.slow)
+    for name in TWINS
+]
+"""In CI the twins of the broken kernels CI checks (one per family of twins and bug class), the
+others with `-m slow`; test_zoo.py searches every twin in-process in both tiers."""
+
+
+@pytest.mark.parametrize("name", TWIN_PARAMS)
 def test_check_accepts_correct_twin(name: str, tmp_path: Path) -> None:
     code, document = _check(f"twin_{name}", targets.flags(name), TWIN_BUDGET, tmp_path)
     failed = [v["message"] for v in document["verdicts"] if v["status"] == "failed"]
