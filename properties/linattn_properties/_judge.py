@@ -20,7 +20,7 @@ import torch
 
 from linattn_properties._support import KernelFailure
 from linattn_verify.compare import Comparison, Side, compare_bitwise, compare_pair
-from linattn_verify.core.memory import Layout, expanded, transposed
+from linattn_verify.core.memory import Layout, expanded, last_dim_strided, sliced, transposed
 from linattn_verify.tolerance import TensorBound
 
 LAYOUT_PROMISE = ("deterministic", "layout_exact")
@@ -140,6 +140,53 @@ class RunJudge:
         return self._bounds.get(name)
 
 
+LAYOUTS: tuple[tuple[Layout, str], ...] = (
+    (transposed, "with transposed-stride inputs"),
+    (sliced, "with inputs sliced from larger tensors"),
+    (last_dim_strided, "with the inputs' last dim strided"),
+)
+"""The input layouts ``contract_holds`` (both families) runs: the same values, other strides."""
+
+
+def judge_input_layouts(
+    judge: RunJudge,
+    problem: Any,
+    *,
+    relayout: Callable[[Any, Layout], Any],
+    expand_heads: Callable[[Any], Any | None],
+    dense: Callable[[Any], Any],
+    judge_of: Callable[[Any, Any], RunJudge],
+) -> None:
+    """Judge ``problem`` in every `LAYOUTS` layout, and with one head expanded over the others.
+
+    The layouts against ``judge``'s reference; the expanded problem (``expand_heads``, `None`
+    with one head) against its own ``dense`` contiguous run, forward only. Everything goes into
+    ``judge``.
+
+    Args:
+        judge: The judge of ``problem``'s runs.
+        problem: The problem (contiguous inputs).
+        relayout: ``(problem, layout) -> problem``: the family's problem with its inputs laid
+            out.
+        expand_heads: The family's problem with head 0's inputs expanded, or `None`.
+        dense: ``problem -> run`` of the family's runner, forward.
+        judge_of: ``(problem, run) -> RunJudge`` of the family, against that run.
+    """
+    for how, condition in LAYOUTS:
+        judge.run(relayout(problem, how), condition, promised=LAYOUT_PROMISE)
+    shared = expand_heads(problem)
+    if shared is None:
+        return
+    try:
+        reference = dense(relayout(shared, lambda x: x.contiguous()))
+    except KernelFailure as exc:
+        judge.findings.append(f"run with one head's inputs copied to every head: {exc}")
+        return
+    heads = judge_of(shared, reference)
+    heads.run(shared, "with one head's inputs expanded (stride 0)", promised=LAYOUT_PROMISE)
+    judge.absorb(heads)
+
+
 COTANGENTS: tuple[tuple[float | None, Layout, str], ...] = (
     (1.0, expanded, "the cotangent o.sum() gives (ones, every stride 0)"),
     (None, transposed, "a transposed-stride cotangent"),
@@ -195,8 +242,10 @@ def judge_cotangent_layouts(
 
 __all__ = [
     "COTANGENTS",
+    "LAYOUTS",
     "LAYOUT_PROMISE",
     "RunJudge",
     "constant_cotangents",
     "judge_cotangent_layouts",
+    "judge_input_layouts",
 ]

@@ -14,7 +14,11 @@ from typing import Any
 
 import torch
 
-from linattn_properties._judge import LAYOUT_PROMISE, RunJudge, judge_cotangent_layouts
+from linattn_properties._judge import (
+    RunJudge,
+    judge_cotangent_layouts,
+    judge_input_layouts,
+)
 from linattn_properties._nonfinite import undefined_elements
 from linattn_properties._support import (
     KernelFailure,
@@ -28,24 +32,13 @@ from linattn_properties._support import (
 )
 from linattn_verify.compare import Comparison, compare_bitwise
 from linattn_verify.core.memory import (
-    Layout,
     expand_dim,
-    last_dim_strided,
     nan_poisoned_allocations,
-    sliced,
-    transposed,
 )
 from linattn_verify.kernel import Kernel
 from linattn_verify.results import PropertyResult
 from linattn_verify.semantics import Problem
 from linattn_verify.strategies import ProblemSpec, random_cotangents
-
-LAYOUTS: tuple[tuple[Layout, str], ...] = (
-    (transposed, "with transposed-stride inputs"),
-    (sliced, "with inputs sliced from larger tensors"),
-    (last_dim_strided, "with the inputs' last dim strided"),
-)
-"""The input layouts `contract_holds` runs: the same values, other strides."""
 
 HEAD_DIMS = {"q": 2, "k": 2, "v": 2, "g": 2, "initial_state": 1, "initial_key_sum": 1}
 """Where each input of a problem has its head dim."""
@@ -141,19 +134,14 @@ def contract_holds(spec: ProblemSpec, kernel: Kernel, *, backward: bool = True) 
     comparisons = _inputs_unmodified(kernel, problem, before, "after the first call")
     judge = _judge(kernel, problem, first)
     judge.run(problem, "on a rerun")
-    layout = LAYOUT_PROMISE
-    for how, condition in LAYOUTS:
-        judge.run(relayout(problem, how), condition, promised=layout)
-    shared = _heads_expanded(problem)
-    if shared is not None:
-        try:
-            dense = run_kernel(kernel, relayout(shared, lambda x: x.contiguous()))
-        except KernelFailure as exc:
-            judge.findings.append(f"run with one head's inputs copied to every head: {exc}")
-        else:
-            heads = _judge(kernel, shared, dense)
-            heads.run(shared, "with one head's inputs expanded (stride 0)", promised=layout)
-            judge.absorb(heads)
+    judge_input_layouts(
+        judge,
+        problem,
+        relayout=relayout,
+        expand_heads=_heads_expanded,
+        dense=lambda p: run_kernel(kernel, p),
+        judge_of=lambda p, reference: _judge(kernel, p, reference),
+    )
     seed = spec.seed + 1 if backward and kernel.capabilities.backward else None
     comparisons += judge.comparisons
     findings, notes = judge.findings, judge.notes

@@ -14,9 +14,8 @@ from typing import Any
 
 import torch
 
-from linattn_properties._judge import LAYOUT_PROMISE, RunJudge, judge_cotangent_layouts
+from linattn_properties._judge import RunJudge, judge_cotangent_layouts, judge_input_layouts
 from linattn_properties._support import KernelFailure, property_function, within_rounding
-from linattn_properties.contract import LAYOUTS
 from linattn_properties.delta._support import (
     DeltaRun,
     against_oracle,
@@ -40,6 +39,13 @@ HEAD_DIMS = {"q": 2, "k": 2, "v": 2, "beta": 2, "g": 2, "initial_state": 1}
 def relayout(problem: DeltaProblem, how: Layout) -> DeltaProblem:
     """``problem`` with every input passed through ``how`` (same values)."""
     return replace(problem, **{n: how(x) for n, x in problem.inputs().items()})  # type: ignore[arg-type]
+
+
+def _heads_expanded(problem: DeltaProblem) -> DeltaProblem | None:
+    """``problem`` with head 0's inputs expanded over every head, or `None` with one head."""
+    if problem.shape[2] < 2:
+        return None
+    return replace(problem, **expand_dim(problem.inputs(), HEAD_DIMS))
 
 
 def _judge(
@@ -93,18 +99,14 @@ def contract_holds(case: Any, kernel: DeltaKernel) -> PropertyResult:
     comparisons = against_oracle(first, bounds, kernel.name)
     judge = _judge(kernel, problem, first)
     judge.run(problem, "on a rerun with NaN-filled allocations", during=nan_poisoned_allocations)
-    for how, condition in LAYOUTS:
-        judge.run(relayout(problem, how), condition, promised=LAYOUT_PROMISE)
-    if problem.shape[2] > 1:
-        shared = replace(problem, **expand_dim(problem.inputs(), HEAD_DIMS))
-        try:
-            dense = run(kernel, relayout(shared, lambda x: x.contiguous()))
-        except KernelFailure as exc:
-            judge.findings.append(f"run with one head's inputs copied to every head: {exc}")
-        else:
-            heads = _judge(kernel, shared, dense)
-            heads.run(shared, "with one head's inputs expanded (stride 0)", promised=LAYOUT_PROMISE)
-            judge.absorb(heads)
+    judge_input_layouts(
+        judge,
+        problem,
+        relayout=relayout,
+        expand_heads=_heads_expanded,
+        dense=lambda p: run(kernel, p),
+        judge_of=lambda p, reference: _judge(kernel, p, reference),
+    )
     if kernel.capabilities.backward:
         cotangents = random_delta_cotangents(problem, case.seed + 1)
         try:
