@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from typing import Any
@@ -36,10 +37,31 @@ MEMORY_METHOD = {
 VERSIONED = ("torch", "triton", "fla-core", "hypothesis", "mpmath", "numpy", "pytest-benchmark")
 
 _LOAD_AT_START: list[float] = []
+_STARTED_AT: list[float] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="skip the benchmarks that would start this many seconds after the session began",
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     _LOAD_AT_START[:] = list(os.getloadavg())
+    _STARTED_AT[:] = [time.monotonic()]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A run stopped by a signal mid-benchmark writes no JSON at all (pytest-benchmark's saving
+    # fails on the interrupted case's empty statistics), so a time-limited run (the GPU lease)
+    # ends by skipping what is left: everything measured before the deadline is saved.
+    deadline = item.config.getoption("--deadline")
+    if deadline is not None and time.monotonic() - _STARTED_AT[0] > deadline:
+        pytest.skip(f"--deadline {deadline:g} s passed before this benchmark started")
 
 
 @pytest.fixture(autouse=True, scope="session")

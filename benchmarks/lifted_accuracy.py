@@ -21,9 +21,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.registry import registered_kernels, registered_properties
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 from linattn_verify.typing import LIFTED_MAPS
 
 PROPERTIES = ("outputs_match_oracle", "gradients_match_oracle")
@@ -31,7 +31,7 @@ PROPERTIES = ("outputs_match_oracle", "gradients_match_oracle")
 
 def lifted_kernels() -> list[Kernel]:
     """Registered kernels (FLA's included when installed) that apply some lifted map."""
-    from linattn_verify.adapters.fla import fla_kernels
+    from linattn_verify.linear_attn.adapters.fla import fla_kernels
 
     kernels = [k for k in registered_kernels("linear_attn").values() if isinstance(k, Kernel)]
     with contextlib.suppress(ImportError):  # FLA not installed: ours and the references only

@@ -6,6 +6,8 @@
     python benchmarks/results.py --render   # only rewrite RESULTS.md from benchmarks/results.json
     python benchmarks/results.py --suites test_delta_kernels.py --merge
                                             # re-run one suite, merge it into results.json, write
+    python benchmarks/results.py --merge-json bench.json
+                                            # merge a GPU run's timings (its CUDA rows), write
 
 The suites write pytest-benchmark JSON (``--benchmark-json``) with each case's description in
 ``extra_info`` (``suite`` says which table it belongs to); the tables report medians. The
@@ -534,19 +536,28 @@ def plot(data: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _where(bench: Row) -> tuple[str | None, bool]:
+    """A benchmark's suite, and whether it ran on CUDA (its device names no CPU)."""
+    info = bench["extra_info"]
+    return info.get("suite"), "cpu" not in str(info.get("device", "cpu")).lower()
+
+
 def merge(into: Path, new: Path) -> list[str]:
     """Replace the benchmarks of ``into`` whose suite ``new`` ran by ``new``'s; return those suites.
 
     A run of some suites alone would otherwise overwrite the whole file, and with it the
-    timings of every suite not re-run.
+    timings of every suite not re-run. Suites are told apart by device too, so a GPU run's
+    ``bench.json`` replaces only the CUDA rows (a CPU run only the CPU rows).
     """
     old_data, new_data = json.loads(into.read_text()), json.loads(new.read_text())
-    ran = sorted({b["extra_info"].get("suite") for b in new_data["benchmarks"]} - {None})
-    kept = [b for b in old_data["benchmarks"] if b["extra_info"].get("suite") not in ran]
+    replaced = {_where(b) for b in new_data["benchmarks"] if b["extra_info"].get("suite")}
+    ran = sorted({suite for suite, _ in replaced if suite is not None})
+    kept = [b for b in old_data["benchmarks"] if _where(b) not in replaced]
     old_data["benchmarks"] = kept + new_data["benchmarks"]
     merged = old_data["linattn"].setdefault("merged", {})
-    for suite in ran:
-        merged[suite] = {"datetime": new_data["datetime"], **new_data["linattn"]}
+    for suite, cuda in replaced:
+        key = f"{suite}@cuda" if cuda else suite
+        merged[key] = {"datetime": new_data["datetime"], **new_data["linattn"]}
     into.write_text(json.dumps(old_data, indent=4) + "\n")
     return ran
 
@@ -587,6 +598,7 @@ def delta_kernel_section(data: Row) -> list[str]:
         )
     ]
     info = data["linattn"].get("merged", {}).get("delta_kernels")
+    gpu = data["linattn"].get("merged", {}).get("delta_kernels@cuda")
     when = ""
     if info is not None:
         date = datetime.fromisoformat(info["datetime"]).strftime("%Y-%m-%d %H:%M UTC")
@@ -611,7 +623,11 @@ def delta_kernel_section(data: Row) -> list[str]:
         " and the meaningful number is the ratio of the two kernels on the same shape and pass."
         + when
         + (
-            ""
+            f" Rows with device `cuda`: bf16, B = 8, H = 16, K = V = 128, 10 rounds, on"
+            f" {gpu['gpu']} ({datetime.fromisoformat(gpu['datetime']):%Y-%m-%d %H:%M} UTC,"
+            " merged with `--merge-json`); a case missing there was cut off by the lease."
+            if gpu is not None
+            else ""
             if any(e[0] == "cuda" for e in cells)
             else " The CUDA cases (`test_cuda`, `test_cuda_chunk`: bf16, B = 8, H = 16,"
             " K = V = 128, T in {1k, 4k}, both forms) were collected and skipped with the reason"
@@ -660,9 +676,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="merge the suites' timings into --json instead of replacing the file",
     )
+    parser.add_argument(
+        "--merge-json",
+        type=Path,
+        metavar="FILE",
+        help="merge a pytest-benchmark JSON made elsewhere (a GPU run's bench.json) into --json "
+        "without running anything, then render",
+    )
     args = parser.parse_args(argv)
     status = 0
-    if not args.render and args.merge:
+    if args.merge_json is not None:
+        if not args.merge_json.is_file():
+            parser.error(f"--merge-json {args.merge_json}: no such file")
+        print("merged suites:", ", ".join(merge(args.json, args.merge_json)))
+    elif not args.render and args.merge:
         fresh = args.json.with_suffix(".new.json")
         status = run_suites(fresh, args.full, args.suites)
         print("merged suites:", ", ".join(merge(args.json, fresh)))

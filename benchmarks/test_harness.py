@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from linattn_verify.core.loading import import_file
 from linattn_verify.errors import PropertyViolation
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.registry import PropertyFunction, get_kernel, registered_properties
-from linattn_verify.strategies import ProblemSpec
-from linattn_verify.targets import import_file
 
 ZOO_DIR = Path(__file__).resolve().parents[1] / "tests" / "zoo"
 

@@ -29,7 +29,7 @@ import torch
 from linattn_kernels.linear_attn import FORMS
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.reference_kernels import float32_reference
 
 KernelFn = Callable[..., tuple[torch.Tensor, Any]]
 PeakFn = Callable[[Callable[[], Any], torch.device], int]
@@ -39,7 +39,7 @@ FLA_MATCH = {
     "chunk": "fla/linear_attn.chunk",
     "recurrent": "fla/linear_attn.fused_recurrent",
 }
-"""FLA's kernel of each form, by `linattn_verify.adapters.fla` name."""
+"""FLA's kernel of each form, by `linattn_verify.linear_attn.adapters.fla` name."""
 
 CPU_SEQ_LENS = (64, 128, 256, 512)
 CPU_HEAD_DIMS = (32, 64)
@@ -111,7 +111,8 @@ CUDA_CASES = [
 @pytest.fixture(scope="session")
 def fla() -> dict[str, KernelFn]:
     """Return FLA's kernels by adapter name; skip when FLA is not installed."""
-    from linattn_verify.adapters.fla import FLA_REQUIREMENT, fla_kernels
+    from linattn_verify.core.fla_release import FLA_REQUIREMENT
+    from linattn_verify.linear_attn.adapters.fla import fla_kernels
 
     try:
         kernels = fla_kernels()

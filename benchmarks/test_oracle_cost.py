@@ -16,10 +16,10 @@ import pytest
 import torch
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from linattn_verify.oracles.double_double import double_double_oracle
-from linattn_verify.oracles.mpmath_oracle import mpmath_oracle
-from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.semantics import Problem, validate_problem
+from linattn_verify.linear_attn.oracles.double_double import double_double_oracle
+from linattn_verify.linear_attn.oracles.mpmath_oracle import mpmath_oracle
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.semantics import Problem, validate_problem
 
 SHAPES = [(256, 32), (1024, 64)]
 

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "oracle": "linattn_verify.oracles.api",
-    "validate_problem": "linattn_verify.semantics",
-    "Problem": "linattn_verify.semantics",
-    "PrecisionRecipe": "linattn_verify.recipe",
-    "forward_bounds": "linattn_verify.tolerance",
-    "backward_bounds": "linattn_verify.tolerance",
-    "reference_gradients": "linattn_verify.tolerance",
-    "TensorBound": "linattn_verify.tolerance",
+    "oracle": "linattn_verify.linear_attn.oracles.api",
+    "validate_problem": "linattn_verify.linear_attn.semantics",
+    "Problem": "linattn_verify.linear_attn.semantics",
+    "PrecisionRecipe": "linattn_verify.linear_attn.recipe",
+    "forward_bounds": "linattn_verify.linear_attn.tolerance",
+    "backward_bounds": "linattn_verify.linear_attn.tolerance",
+    "reference_gradients": "linattn_verify.linear_attn.tolerance",
+    "TensorBound": "linattn_verify.linear_attn.tolerance",
     "compare": "linattn_verify.compare",
     "check_against_oracle": "linattn_verify.compare",
     "assert_linattn_close": "linattn_verify.compare",
@@ -39,18 +39,18 @@ if TYPE_CHECKING:
         check_against_oracle,
         compare,
     )
+    from linattn_verify.core.bound import TensorBound
     from linattn_verify.errors import InvalidArgument, PropertyViolation
-    from linattn_verify.oracles.api import oracle
-    from linattn_verify.recipe import PrecisionRecipe
-    from linattn_verify.results import CaseRecord, Comparison, PropertyResult, PropertyVerdict
-    from linattn_verify.running import check_property
-    from linattn_verify.semantics import Problem, validate_problem
-    from linattn_verify.tolerance import (
-        TensorBound,
+    from linattn_verify.linear_attn.oracles.api import oracle
+    from linattn_verify.linear_attn.recipe import PrecisionRecipe
+    from linattn_verify.linear_attn.semantics import Problem, validate_problem
+    from linattn_verify.linear_attn.tolerance import (
         backward_bounds,
         forward_bounds,
         reference_gradients,
     )
+    from linattn_verify.results import CaseRecord, Comparison, PropertyResult, PropertyVerdict
+    from linattn_verify.running import check_property
 
 
 def __getattr__(name: str) -> Any:

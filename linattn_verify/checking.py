@@ -25,10 +25,10 @@ from typing import Any
 
 from linattn_verify.core.draws import seeded_draws
 from linattn_verify.core.family import family_of
+from linattn_verify.core.loading import KernelTimeout, load_target, with_timeout
 from linattn_verify.errors import InvalidArgument, PropertyViolation
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.results import CaseRecord, PropertyVerdict
-from linattn_verify.targets import KernelTimeout, load_target, with_timeout
 
 FIRST_ROUND_EXAMPLES = 5
 """Most examples per property in the first round (later rounds size theirs to the time slice)."""
@@ -134,8 +134,8 @@ def check_kernel(
     (`linattn_verify.reach`, for the families it knows) checks the boundary sizes for up to
     `REACH_SHARE` of the budget, then the rounds go on with every value family. A failure is
     shrunk to a minimal case (for at most `SHRINK_SHARE` of the budget), diagnosed
-    (`linattn_verify.diagnosis`, where the family has one, within the same share) and saved in
-    ``search.failures_dir``;
+    (`linattn_verify.diagnosis`, where the family has one, within the same share) and
+    saved in ``search.failures_dir``;
     with ``search.fail_fast`` the check stops there.
 
     Args:
@@ -337,7 +337,7 @@ def _diagnosed(
     from linattn_verify.running import violation
 
     result = failure.result
-    if result is None or not family_of(kernel).diagnose:
+    if result is None:
         return failure
     text = diagnose(prop, spec, kernel, result, time_limit=seconds)
     if text is None:

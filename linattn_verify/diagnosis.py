@@ -8,17 +8,15 @@ two apart by rerunning the failed property with the recipe changed, in order of 
 change, and reports the first change under which no bound comparison fails:
 
 0. the declared recipe itself: if the failure does not come back, the kernel is nondeterministic;
-1. one field at a time, ordered by the unit roundoff of the roundings the change adds or widens
-   (`_Step.size`), smallest first: ``accumulation`` ieee -> mma; ``form`` -> unknown (`None`);
-   ``decay_scan`` -> each other scan (with decay); ``naive_elu1`` (elu1 features); ``division``
-   rn -> full, and (normalized) -> ``reciprocal`` in fp32, then in the input dtype (16-bit
-   inputs); ``dot_precision`` ieee -> tf32x3 -> tf32 and ``dots_on_path`` + 1, + 2 (fp32
-   inputs, dots on the path); ``casts_on_path`` + 1 ... + `MAX_EXTRA_CASTS` (or, with no
-   intermediate dtype, 1 ... `MAX_EXTRA_CASTS` casts to the input dtype, or to float16 and to
-   bfloat16 for fp32 inputs); ``eps_dtype`` -> float16, bfloat16 (normalized, eps > 0);
-2. every loosening at its loosest at once (``decay_scan`` and ``eps_dtype`` are alternatives,
-   not loosenings, and stay as declared); if that explains the failure, each change is then
-   brought back toward the declaration as far as the failure stays explained, and the rest are
+1. one change at a time, from the ladders of the kernel's family (`Family.recipe_ladders`:
+   `linattn_verify.linear_attn.recipe_ladders`, `linattn_verify.delta.recipe_ladders`), ordered
+   by the unit roundoff of the roundings the change adds or widens (`RecipeStep.size`), smallest
+   first: wider accumulation, more roundings to a 16-bit intermediate dtype, tf32 operands,
+   and each family's own (division, decay scans, feature maps; the triangular inverse's and the
+   state's storage);
+2. every loosening at its loosest at once (alternative declarations, such as another decay
+   scan, are not loosenings and stay as declared); if that explains the failure, each change is
+   then brought back toward the declaration as far as the failure stays explained, and the rest are
    named; if not, no recipe explains the error: the kernel, not its declaration, is wrong.
 
 A change "explains" the failure when the rerun has no failed bound comparison (against the oracle
@@ -32,232 +30,23 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
+from linattn_verify.core.family import FamilyCase, family_of
+from linattn_verify.core.recipe_steps import Ladders, RecipeStep
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Kernel
-from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe
 from linattn_verify.results import Comparison, PropertyResult
-from linattn_verify.strategies import ProblemSpec
-from linattn_verify.typing import dtype_name, torch_dtype
+from linattn_verify.typing import torch_dtype
 
 DIAGNOSIS_SECONDS = 60.0
 """Default wall-clock budget of one diagnosis, in seconds."""
 
-MAX_EXTRA_CASTS = 4
-"""The most roundings to the intermediate dtype a diagnosis adds to the declared ones."""
-
-PropertyFn = Callable[[ProblemSpec, Kernel], PropertyResult]
-
-_U32 = UNIT_ROUNDOFF["float32"]
-_TF32X3, _TF32 = 2.0**-22, 2.0**-10
-_NO_FORM = "no form (leave out `--form`)"
-_ACCUMULATIONS = {"ieee": "fp32", "mma": "tensor-core (mma)"}
-_SCANS = {
-    "chunk_local": "chunk-local cumulative sums",
-    "global": "whole-sequence cumulative sums",
-    "per_step": "products of per-step factors exp(g)",
-}
-
-
-@dataclass(frozen=True)
-class _Step:
-    """One change to the declared recipe.
-
-    Attributes:
-        axis: What it changes; steps of one axis form a ladder, smallest first.
-        changes: The recipe fields it sets.
-        size: The unit roundoff it adds to one rounding it touches (the order of stage 1).
-        what: What the kernel would do, in words (``"3 roundings to float16 on the path"``).
-        declared: What the recipe declares instead, in words.
-        how: How to declare it: a ``linattn-verify check`` flag, or a recipe field.
-        loosening: Whether it widens the bound (else it is an alternative declaration, tried
-            alone only).
-    """
-
-    axis: str
-    changes: Mapping[str, Any]
-    size: float
-    what: str
-    declared: str
-    how: str
-    loosening: bool = True
-
-    @property
-    def label(self) -> str:
-        """The change as recipe fields, for the list of what was tried."""
-        return ", ".join(f"{k}={v!r}" for k, v in self.changes.items())
-
-
-def _field(name: str, value: Any) -> str:
-    return f"`{name}={value!r}` in the recipe"
-
-
-def _casts(n: int) -> str:
-    return f"{n} rounding{'s' if n != 1 else ''}"
-
-
-def _intermediate_ladders(declared: PrecisionRecipe, dtype: torch.dtype) -> list[list[_Step]]:
-    """More roundings to the intermediate dtype (or some, when none is declared)."""
-    name = dtype_name(dtype)
-    if declared.intermediate_dtype is not None:
-        low = name if declared.intermediate_dtype == "input" else declared.intermediate_dtype
-        u, c = declared.u_low(dtype), declared.casts_on_path
-        ladder = [
-            _Step(
-                "casts",
-                {"casts_on_path": c + n},
-                n * u,
-                f"{_casts(c + n)} to {low} on the path",
-                str(c),
-                f"`--casts {c + n}`",
-            )
-            for n in range(1, MAX_EXTRA_CASTS + 1)
-        ]
-        return [ladder]
-    # With none declared: the input dtype for 16-bit inputs; fp32 kernels may round to either.
-    targets = ["input"] if name in ("float16", "bfloat16") else ["float16", "bfloat16"]
-    ladders = []
-    for target in targets:
-        low = name if target == "input" else target
-        ladders.append(
-            [
-                _Step(
-                    f"intermediate:{target}",
-                    {"intermediate_dtype": target, "casts_on_path": n},
-                    n * UNIT_ROUNDOFF[low],
-                    f"{_casts(n)} to {low} on the path",
-                    "none",
-                    f"`--intermediate-dtype {target} --casts {n}`",
-                )
-                for n in range(1, MAX_EXTRA_CASTS + 1)
-            ]
-        )
-    return ladders
-
-
-def _dot_ladders(declared: PrecisionRecipe, dtype: torch.dtype) -> list[list[_Step]]:
-    """tf32 operands, and more products on the path: only fp32 operands are rounded so."""
-    if dtype != torch.float32 or declared.dots_on_path == 0:
-        return []
-    dots, u_op = declared.dots_on_path, declared.u_op
-    order = ("ieee", "tf32x3", "tf32")
-    units = {"ieee": 0.0, "tf32x3": _TF32X3, "tf32": _TF32}
-    precision = [
-        _Step(
-            "dot_precision",
-            {"dot_precision": p},
-            dots * 2 * (units[p] - u_op),
-            f"`tl.dot` operands in {p}",
-            declared.dot_precision,
-            f"`--dot-precision {p}`",
-        )
-        for p in order[order.index(declared.dot_precision) + 1 :]
-    ]
-    more = [
-        _Step(
-            "dots_on_path",
-            {"dots_on_path": dots + n},
-            n * 2 * u_op,
-            f"{dots + n} `tl.dot` products on the path",
-            str(dots),
-            _field("dots_on_path", dots + n),
-        )
-        for n in (1, 2)
-        if u_op > 0
-    ]
-    return [ladder for ladder in (precision, more) if ladder]
-
-
-def _set(
-    name: str, value: Any, size: float, what: str, declared: Any, *, alternative: bool = False
-) -> _Step:
-    """A step setting one recipe field, declared as that field in the recipe."""
-    axis = f"{name}:{value}" if alternative else name
-    return _Step(
-        axis, {name: value}, size, what, str(declared), _field(name, value), not alternative
-    )
-
-
-def _reciprocal_ladder(declared: PrecisionRecipe, dtype: torch.dtype) -> list[_Step]:
-    """Division as 1/Z then a multiply: in fp32, then (16-bit inputs) in the input dtype."""
-    where = ["float32"] + (["input"] if dtype_name(dtype) in ("float16", "bfloat16") else [])
-    return [
-        _Step(
-            "reciprocal",
-            {"division": "reciprocal", "division_dtype": w},
-            replace(declared, division="reciprocal", division_dtype=w).u_div(dtype),
-            f"a reciprocal 1/Z then a multiply, in {dtype_name(dtype) if w == 'input' else w}",
-            f"{declared.division} division in {declared.division_dtype}",
-            f"`--division reciprocal --division-dtype {w}`",
-        )
-        for w in where
-    ]
-
-
-def _ladders(
-    declared: PrecisionRecipe, spec: ProblemSpec, kernel: Kernel, dtype: torch.dtype
-) -> dict[str, list[_Step]]:
-    """Every change a diagnosis tries, by axis, each ladder smallest first."""
-    d = declared
-    accumulations = ("float64", "ieee", "mma")
-    # Sums in the input dtype already round at least as much as any other accumulation.
-    wider = accumulations.index(d.accumulation) + 1 if d.accumulation in accumulations else 3
-    axes = [
-        [
-            _set("accumulation", a, _U32, f"{_ACCUMULATIONS[a]} accumulation", d.accumulation)
-            for a in accumulations[wider:]
-        ]
-    ]
-    if d.form is not None:
-        # check has no flag value for an unknown form: it is the default.
-        unknown = "the rounding counts of an unknown form (all three forms' counts)"
-        axes.append([replace(_set("form", None, _U32, unknown, d.form), how=_NO_FORM)])
-    if spec.decay != "none" or kernel.implied_decay is not None:
-        axes += [
-            [
-                _set(
-                    "decay_scan",
-                    scan,
-                    _U32,
-                    f"decay weights from {words}",
-                    d.decay_scan,
-                    alternative=True,
-                )
-            ]
-            for scan, words in _SCANS.items()
-            if scan != d.decay_scan
-        ]
-    if spec.feature_map == "elu1" and not d.naive_elu1:
-        naive = "elu1 evaluated as (exp(x) - 1) + 1"
-        axes.append([_set("naive_elu1", True, 2 * _U32, naive, "elu1 without that cancellation")])
-    if d.division == "rn":
-        full = "a full-range fp32 division (div.full.f32, 2 ulp)"
-        axes.append([_set("division", "full", 3 * _U32, full, d.division)])
-    if spec.normalize and d.division != "reciprocal":
-        axes.append(_reciprocal_ladder(d, dtype))
-    axes += _dot_ladders(d, dtype)
-    axes += _intermediate_ladders(d, dtype)
-    if spec.normalize and spec.eps > 0:
-        axes += [
-            [
-                _set(
-                    "eps_dtype",
-                    low,
-                    UNIT_ROUNDOFF[low],
-                    f"eps added in {low}",
-                    d.eps_dtype,
-                    alternative=True,
-                )
-            ]
-            for low in ("float16", "bfloat16")
-            if low != d.eps_dtype
-        ]
-    return {ladder[0].axis: ladder for ladder in axes if ladder}
+PropertyFn = Callable[[Any, Any], PropertyResult]
+"""A property: ``(case, kernel) -> PropertyResult``, for a case and a kernel of one family."""
 
 
 def _bound_failures(result: PropertyResult) -> list[Comparison]:
@@ -278,28 +67,30 @@ class _Search:
     def __init__(
         self,
         prop: PropertyFn,
-        spec: ProblemSpec,
-        kernel: Kernel,
+        spec: Any,
+        kernel: Any,
         result: PropertyResult,
+        ladders: Ladders,
         deadline: float,
     ) -> None:
         self.prop, self.spec, self.kernel = prop, spec, kernel
         self.others = _other_failures(result)
         self.dtype = torch_dtype(spec.dtype)
         self.deadline = deadline
-        self.tried: list[list[_Step]] = []
+        self.tried: list[list[RecipeStep]] = []
+        self.ladders = ladders
 
     @property
     def out_of_time(self) -> bool:
         return time.perf_counter() >= self.deadline
 
-    def explains(self, steps: Sequence[_Step]) -> bool:
+    def explains(self, steps: Sequence[RecipeStep]) -> bool:
         """Rerun the property with ``steps`` applied to the recipe of the case's dtype."""
         self.tried.append(list(steps))
         changes = {k: v for step in steps for k, v in step.changes.items()}
         original, dtype = self.kernel, self.dtype
 
-        def recipe(of: torch.dtype) -> PrecisionRecipe:
+        def recipe(of: torch.dtype) -> Any:
             declared = original.precision_recipe(of)
             return replace(declared, **changes) if of == dtype else declared
 
@@ -309,8 +100,8 @@ class _Search:
 
 def diagnose(
     prop: PropertyFn,
-    spec: ProblemSpec,
-    kernel: Kernel,
+    spec: Any,
+    kernel: Any,
     result: PropertyResult,
     *,
     time_limit: float = DIAGNOSIS_SECONDS,
@@ -342,7 +133,8 @@ def diagnose(
 
     Returns:
         The diagnosis, or `None` when there is nothing to diagnose: ``result`` did not fail, or
-        failed on no bound comparison (only bit for bit, or the kernel raised).
+        failed on no bound comparison (only bit for bit, or the kernel raised), or the kernel's
+        family has no recipe ladders.
 
     Raises:
         InvalidArgument: naming the argument that is not what it should be.
@@ -350,7 +142,12 @@ def diagnose(
     _check_arguments(prop, spec, kernel, result, time_limit)
     if result.status != "failed" or not _bound_failures(result):
         return None
-    search = _Search(prop, spec, kernel, result, time.perf_counter() + time_limit)
+    dtype = torch_dtype(spec.dtype)
+    declared = kernel.precision_recipe(dtype)
+    ladders = family_of(kernel).recipe_ladders(declared, spec, kernel, dtype)
+    if ladders is None:
+        return None
+    search = _Search(prop, spec, kernel, result, ladders, time.perf_counter() + time_limit)
     try:
         return _diagnosis(search, time_limit)
     except Exception as exc:  # the property is the caller's; a diagnosis must not hide a failure
@@ -367,8 +164,7 @@ def _diagnosis(search: _Search, time_limit: float) -> str:
             "did not reproduce on a rerun of the same case with the same recipe: the kernel is "
             f"nondeterministic here (a race, or memory it reads before writing?){otherwise}"
         )
-    declared = search.kernel.precision_recipe(search.dtype)
-    ladders = _ladders(declared, search.spec, search.kernel, search.dtype)
+    ladders = search.ladders
     singles = sorted((step for ladder in ladders.values() for step in ladder), key=_size)
     for step in singles:
         if search.out_of_time:
@@ -387,11 +183,11 @@ def _diagnosis(search: _Search, time_limit: float) -> str:
     )
 
 
-def _size(step: _Step) -> float:
+def _size(step: RecipeStep) -> float:
     return step.size
 
 
-def _loosest(ladders: Mapping[str, list[_Step]]) -> list[list[_Step]]:
+def _loosest(ladders: Ladders) -> list[list[RecipeStep]]:
     """Every loosening at its loosest, once per intermediate dtype an fp32 kernel may use."""
     lows = [ladder[-1] for axis, ladder in ladders.items() if axis.startswith("intermediate:")]
     common = [
@@ -402,9 +198,7 @@ def _loosest(ladders: Mapping[str, list[_Step]]) -> list[list[_Step]]:
     return [[*common, low] for low in lows] or [common]
 
 
-def _narrowed(
-    search: _Search, combo: list[_Step], ladders: Mapping[str, list[_Step]]
-) -> list[_Step]:
+def _narrowed(search: _Search, combo: list[RecipeStep], ladders: Ladders) -> list[RecipeStep]:
     """Bring each change of a passing ``combo`` back toward the declaration while it passes."""
     for step in list(combo):
         ladder = ladders[step.axis]
@@ -419,9 +213,9 @@ def _narrowed(
     return combo
 
 
-def _tried_words(tried: Sequence[Sequence[_Step]]) -> str:
+def _tried_words(tried: Sequence[Sequence[RecipeStep]]) -> str:
     """The single changes tried, by axis (``casts_on_path=3/4/5``), then the combinations."""
-    singles: dict[str, list[_Step]] = {}
+    singles: dict[str, list[RecipeStep]] = {}
     for steps in tried:
         if len(steps) == 1:
             singles.setdefault(steps[0].axis, []).append(steps[0])
@@ -432,7 +226,7 @@ def _tried_words(tried: Sequence[Sequence[_Step]]) -> str:
     return "; ".join(parts)
 
 
-def _axis_words(steps: Sequence[_Step]) -> str:
+def _axis_words(steps: Sequence[RecipeStep]) -> str:
     """``casts_on_path=3/4``; ``intermediate_dtype='float16' with casts_on_path=1/2``."""
     fixed = {k: v for k, v in steps[0].changes.items() if all(s.changes[k] == v for s in steps)}
     varied = [k for k in steps[0].changes if k not in fixed]
@@ -444,7 +238,7 @@ def _axis_words(steps: Sequence[_Step]) -> str:
     return f"{head} with {tail}" if head else tail
 
 
-def _consistent(steps: Sequence[_Step], *, narrowed: bool = True) -> str:
+def _consistent(steps: Sequence[RecipeStep], *, narrowed: bool = True) -> str:
     if len(steps) == 1:
         (step,) = steps
         return (
@@ -473,10 +267,16 @@ def _timed_out(search: _Search, time_limit: float) -> str:
 def _check_arguments(prop: Any, spec: Any, kernel: Any, result: Any, time_limit: Any) -> None:
     if not callable(prop):
         raise InvalidArgument(f"Expected a callable but got prop={prop!r}.")
-    if not isinstance(spec, ProblemSpec):
-        raise InvalidArgument(f"Expected a ProblemSpec but got spec={spec!r}.")
-    if not isinstance(kernel, Kernel):
-        raise InvalidArgument(f"Expected a Kernel but got kernel={kernel!r}.")
+    if not isinstance(spec, FamilyCase):
+        raise InvalidArgument(
+            f"Expected a case (a ProblemSpec, a DeltaCase) but got spec={spec!r}."
+        )
+    if not callable(getattr(kernel, "precision_recipe", None)):
+        raise InvalidArgument(f"Expected a kernel but got kernel={kernel!r}.")
+    if kernel.family != spec.family:
+        raise InvalidArgument(
+            f"Got a {spec.family} case for kernel {kernel.name!r} of the {kernel.family} family."
+        )
     if not isinstance(result, PropertyResult):
         raise InvalidArgument(f"Expected a PropertyResult but got result={result!r}.")
     if (
@@ -490,4 +290,4 @@ def _check_arguments(prop: Any, spec: Any, kernel: Any, result: Any, time_limit:
         )
 
 
-__all__ = ["DIAGNOSIS_SECONDS", "MAX_EXTRA_CASTS", "diagnose"]
+__all__ = ["DIAGNOSIS_SECONDS", "PropertyFn", "diagnose"]

@@ -15,11 +15,11 @@ tensor (`TensorDrift`):
 * ``median_err`` = median |x̂ - x|, the typical element's error beside the worst one.
 
 Both the oracle and the bound cost O(T): linear attention uses the float64 chunked oracle and
-`linattn_verify.drift_linear` (the bound of `linattn_verify.tolerance` without its T x T
-matrices); the delta rule's own bound (`linattn_verify.delta.bounds`) is a running scan already.
-Before each T the cost of the next level is predicted from the last one (at least doubled, or
-by the growth measured between the last two levels) and the run stops when it would pass the
-budget: `DriftResult.stopped` says whether ``max_T`` or the budget ended it.
+`linattn_verify.linear_attn.drift_linear` (the bound of `linattn_verify.linear_attn.tolerance`
+without its T x T matrices); the delta rule's own bound (`linattn_verify.delta.bounds`) is a running
+scan already. Before each T the cost of the next level is predicted from the last one (at least
+doubled, or by the growth measured between the last two levels) and the run stops when it would pass
+the budget: `DriftResult.stopped` says whether ``max_T`` or the budget ended it.
 
 Inputs (`drift_inputs`): q, k, v ~ N(0, 1) with the convention's default scale K^-1/2; a scalar
 gate g = logsigmoid(x), x ~ N(6, 1) (a decay of about 0.9975 per token: a memory of a few
@@ -207,7 +207,7 @@ def state_dtype_kernel(kernel: Any, state_dtype: str) -> Any:
         InvalidArgument: naming ``state_dtypes`` for any other kernel.
     """
     from linattn_verify.delta import reference_kernels as delta_refs
-    from linattn_verify.reference_kernels import Float32ChunkReference, with_state_dtype
+    from linattn_verify.linear_attn.reference_kernels import Float32ChunkReference, with_state_dtype
 
     if state_dtype == "float32":
         return kernel
@@ -340,7 +340,7 @@ def _predicted(costs: list[list[float]], variants: int) -> list[float]:
 
 
 def tensor_drift(actual: torch.Tensor, expected: Any) -> TensorDrift:
-    """Summarise ``actual`` against a `linattn_verify.tolerance.TensorBound`."""
+    """Summarise ``actual`` against a `linattn_verify.core.bound.TensorBound`."""
     from linattn_verify.compare import compare
 
     comparison = compare(actual, expected)

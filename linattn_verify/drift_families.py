@@ -79,8 +79,8 @@ class LinearDriver:
 
     def measure(self, variant: Variant, inputs: dict[str, torch.Tensor], T: int) -> DriftPoint:
         """Run ``variant`` on the first T tokens and judge it."""
-        from linattn_verify.drift_linear import linear_forward_bounds
-        from linattn_verify.semantics import validate_problem
+        from linattn_verify.linear_attn.drift_linear import linear_forward_bounds
+        from linattn_verify.linear_attn.semantics import validate_problem
 
         x = cast_inputs(inputs, T, variant.dtype)
         kernel = variant.kernel

@@ -57,7 +57,7 @@ from linattn_verify import observe
 from linattn_verify._device import package_version
 
 if TYPE_CHECKING:
-    from linattn_verify.kernel import Kernel
+    from linattn_verify.linear_attn.kernel import Kernel
 
 _COMMON = {"deadline": None, "print_blob": True}
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]

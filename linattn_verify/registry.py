@@ -18,13 +18,13 @@ import torch
 
 from linattn_verify.delta.kernel import DeltaKernel
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Capabilities, Kernel
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.kernel import Capabilities, Kernel
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.results import PropertyResult
 from linattn_verify.typing import FORMS, FeatureMap, Form
 
 if TYPE_CHECKING:
-    from linattn_verify.strategies import ProblemSpec
+    from linattn_verify.linear_attn.strategies import ProblemSpec
 
 PropertyFunction = Callable[["ProblemSpec", Kernel], PropertyResult]
 """A per-kernel property: (case, kernel) -> result."""
@@ -119,7 +119,7 @@ def _declared_recipe(
 
 def reference_kernels() -> list[Kernel]:
     """Return the float32 torch reference forms (correct kernels with known recipes)."""
-    from linattn_verify.reference_kernels import RECIPES, float32_reference
+    from linattn_verify.linear_attn.reference_kernels import RECIPES, float32_reference
 
     forms: tuple[Form, ...] = FORMS
     return [

@@ -30,10 +30,10 @@ from linattn_verify.core.draws import seeded_draws
 from linattn_verify.core.family import families, family_of, is_case
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.failures import PropertyFn, failures_directory, save_failure
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.observe import notify
 from linattn_verify.registry import AnyKernel, registered_kernels
 from linattn_verify.results import CaseRecord, PropertyResult
-from linattn_verify.strategies import ProblemSpec
 from linattn_verify.typing import GATES, Gate
 
 

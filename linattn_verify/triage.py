@@ -6,8 +6,8 @@ and gradients take (below `EXTREME_LOW` in magnitude, or within `EXTREME_HIGH_FA
 dtype's largest finite value) is an ``extreme-range`` finding: real, but of another urgency than
 a failure at realistic magnitudes, and often a weakness of flush-to-zero or subnormal handling
 rather than of the algorithm. So is any bound failure on a case whose inputs were drawn at such
-magnitudes (`linattn_verify.strategies.EXTREME_FAMILIES`: ``near_max`` inputs give gradients near
-1e-19 that look ordinary). Both are failures; the severity only sorts them.
+magnitudes (`linattn_verify.linear_attn.strategies.EXTREME_FAMILIES`: ``near_max`` inputs give
+gradients near 1e-19 that look ordinary). Both are failures; the severity only sorts them.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def with_input_severity(comparisons: Sequence[Comparison], values: str) -> tuple
         The comparisons, with ``severity="extreme-range"`` on each failed oracle or pairwise
         comparison when ``values`` is one of `EXTREME_FAMILIES` (unchanged otherwise).
     """
-    from linattn_verify.strategies import EXTREME_FAMILIES
+    from linattn_verify.linear_attn.strategies import EXTREME_FAMILIES
 
     if values not in EXTREME_FAMILIES:
         return tuple(comparisons)

@@ -22,7 +22,7 @@ DTYPE_NAMES: tuple[DtypeName, ...] = get_args(DtypeName)
 
 FeatureMap = Literal["identity", "elu1", "relu", "taylor2", "rebased", "favor+"]
 """Feature maps φ. Elementwise: ``identity``; ``elu1`` = elu(x)+1 = where(x>0, x+1, exp(x));
-``relu``. Lifted (R^K to R^F, `linattn_verify.feature_maps`): ``taylor2`` (Based),
+``relu``. Lifted (R^K to R^F, `linattn_verify.linear_attn.feature_maps`): ``taylor2`` (Based),
 ``rebased`` and ``favor+`` (Performer positive random features)."""
 
 LIFTED_MAPS: tuple[FeatureMap, ...] = ("taylor2", "rebased", "favor+")
@@ -57,15 +57,6 @@ LowDtype = Literal["float32", "float16", "bfloat16"]
 
 KERNEL_DTYPES: tuple[LowDtype, ...] = get_args(LowDtype)
 """The input dtypes a kernel is checked in by default (float64 is the oracles')."""
-
-ZeroDenominator = Literal["zero", "ieee", "any"]
-"""What a normalized kernel returns where the exact denominator s φ(q_t)^T z_t + eps is exactly 0
-(the exact result is undefined there; docs/design.md §3): ``zero``: 0 (our kernels' convention);
-``ieee``: the IEEE quotient of the computed zero denominator (NaN for 0/0, ±inf for x/0);
-``any``: any value (nothing is judged there)."""
-
-ZERO_DENOMINATORS: tuple[ZeroDenominator, ...] = get_args(ZeroDenominator)
-"""The zero-denominator conventions a kernel may declare."""
 
 FinalStateDtype = Literal["float32", "input"]
 """The dtype of the final state a kernel returns: ``float32`` (or wider), or ``input``: rounded to
@@ -113,7 +104,6 @@ __all__ = [
     "KERNEL_DTYPES",
     "LIFTED_MAPS",
     "SCORE_MAPS",
-    "ZERO_DENOMINATORS",
     "Accumulation",
     "DecayScan",
     "Division",
@@ -126,7 +116,6 @@ __all__ = [
     "LowDtype",
     "OracleMethod",
     "ScaleConvention",
-    "ZeroDenominator",
     "dtype_name",
     "torch_dtype",
 ]

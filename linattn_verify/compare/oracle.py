@@ -2,7 +2,7 @@
 """Judge a kernel's tensors against the oracle's per-element bounds (docs/error-model.md §7).
 
 Per element, with x̂ the kernel's value, x the float64 oracle, B the rigorous bound and M the
-magnitude from `linattn_verify.tolerance`:
+magnitude from `linattn_verify.linear_attn.tolerance`:
 
     r = |x̂ - x| / B                       must be <= 1 for a correct kernel (0/0 := 0)
     η = |N - x̂ Z| / (B^N + |x̂| B^Z + (u_div + u_out)|x̂||Z|)     normalized outputs only
@@ -31,8 +31,17 @@ import torch
 
 from linattn_verify.compare._elementwise import argmax_index, safe_ratio, shape_problem, worst_at
 from linattn_verify.compare.ulps import ulp_stats
+from linattn_verify.core.bound import TensorBound, ZeroDenominator
 from linattn_verify.errors import InvalidArgument, PropertyViolation
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.tolerance import (
+    GRADIENT_NAMES,
+    as_kernel_sees,
+    backward_bounds,
+    charge_returned_state,
+    forward_bounds,
+)
 from linattn_verify.results import (
     FAIL_THRESHOLD,
     Comparison,
@@ -41,17 +50,8 @@ from linattn_verify.results import (
     Scores,
     judged_status,
 )
-from linattn_verify.semantics import Problem
-from linattn_verify.tolerance import (
-    GRADIENT_NAMES,
-    TensorBound,
-    as_kernel_sees,
-    backward_bounds,
-    charge_returned_state,
-    forward_bounds,
-)
 from linattn_verify.triage import severity
-from linattn_verify.typing import FinalStateDtype, ZeroDenominator
+from linattn_verify.typing import FinalStateDtype
 
 REFERENCE = "oracle"
 
@@ -144,7 +144,7 @@ def compare(
 
     Args:
         actual: The kernel's tensor, any floating dtype, the shape of ``expected.reference``.
-        expected: Reference, bound and magnitude from `linattn_verify.tolerance`.
+        expected: Reference, bound and magnitude from `linattn_verify.linear_attn.tolerance`.
         subject: Who computed ``actual``, for messages. Default: `"kernel"`.
         threshold: The largest admissible r and η. Default: `2.0`.
         exact_reference: ``expected.reference`` is the exact value (the oracle's), so ulps

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from linattn_verify.compare._elementwise import argmax_index, safe_ratio, shape_problem, worst_at
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.results import FAIL_THRESHOLD, Comparison, Counts, Scores
-from linattn_verify.tolerance import TensorBound
 from linattn_verify.triage import severity
 
 

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     import torch
     from hypothesis.strategies import SearchStrategy
 
+    from linattn_verify.core.recipe_steps import Ladders
+
 FAMILY_ENTRY_POINT_GROUP = "linattn_verify.families"
 """The entry-point group naming each family's `Family` subclass."""
 
@@ -134,9 +136,6 @@ class Family(ABC, Generic[KernelT, CaseT, ProblemT]):
     reach: ClassVar[bool] = False
     """Whether the size reach (`linattn_verify.reach`) checks its kernels (`reach_case`)."""
 
-    diagnose: ClassVar[bool] = False
-    """Whether the recipe diagnosis (`linattn_verify.diagnosis`) knows its recipes."""
-
     def properties(self) -> dict[str, PropertyFunction]:
         """Its catalogue: every property offered under ``linattn_verify.properties.<name>``."""
         return dict(_properties(f"{PROPERTIES_GROUP_PREFIX}.{self.name}"))
@@ -219,6 +218,17 @@ class Family(ABC, Generic[KernelT, CaseT, ProblemT]):
         """Whether the family can judge ``kernel`` at size (T, K, V) at all. Default: always."""
         del kernel, T, K, V
         return True
+
+    def recipe_ladders(
+        self, declared: Any, case: CaseT, kernel: KernelT, dtype: torch.dtype
+    ) -> Ladders | None:
+        """The changes to ``declared`` (``kernel``'s recipe for ``dtype``) a diagnosis tries.
+
+        By axis, each ladder smallest first (`linattn_verify.core.recipe_steps`); `None` where
+        the family has no recipe diagnosis (the default).
+        """
+        del declared, case, kernel, dtype
+        return None
 
 
 @functools.cache

@@ -51,6 +51,8 @@ from typing import Literal
 
 import torch
 
+from linattn_verify.core.bound import TensorBound
+from linattn_verify.core.rounding import UNIT_ROUNDOFF, gamma
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.delta.reference import (
@@ -59,8 +61,6 @@ from linattn_verify.delta.reference import (
     pair_weights,
     sequence_inputs,
 )
-from linattn_verify.recipe import UNIT_ROUNDOFF, gamma
-from linattn_verify.tolerance import TensorBound
 from linattn_verify.typing import dtype_name
 
 SMALLEST_SUBNORMAL = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}

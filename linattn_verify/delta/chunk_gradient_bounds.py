@@ -113,6 +113,7 @@ from typing import Any
 
 import torch
 
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.delta.bounds import (
     SMALLEST_SUBNORMAL,
     InverseKind,
@@ -133,7 +134,6 @@ from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import (
     DeltaSequence,
 )
-from linattn_verify.tolerance import TensorBound
 from linattn_verify.typing import dtype_name
 
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     import torch
     from hypothesis.strategies import SearchStrategy
 
-    from linattn_verify.delta.kernel import DeltaKernel
+    from linattn_verify.core.recipe_steps import Ladders
+    from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
     from linattn_verify.delta.problem import DeltaProblem
     from linattn_verify.delta.strategies import DeltaCase
     from linattn_verify.delta.targets import DeltaKernelSource
@@ -146,6 +147,15 @@ class DeltaFamily(Family["DeltaKernel", "DeltaCase", "DeltaProblem"]):
         from linattn_verify.delta.targets import delta_source_from_args
 
         return delta_source_from_args(args, on_cuda=on_cuda)
+
+    def recipe_ladders(
+        self, declared: DeltaRecipe, case: DeltaCase, kernel: DeltaKernel, dtype: torch.dtype
+    ) -> Ladders:
+        """`linattn_verify.delta.recipe_ladders.recipe_ladders`."""
+        from linattn_verify.delta.recipe_ladders import recipe_ladders
+
+        del case, kernel
+        return recipe_ladders(declared, dtype)
 
     def library_kernels(self, library: str) -> list[DeltaKernel]:
         """FLA's delta-rule kernels (`linattn_verify.delta.fla.fla_delta_kernels`)."""

@@ -117,7 +117,7 @@ from typing import Any
 
 import torch
 
-from linattn_verify.adapters.fla import CHUNK_SIZE, FLA_REQUIREMENT
+from linattn_verify.core.fla_release import CHUNK_SIZE, FLA_REQUIREMENT
 from linattn_verify.delta.kernel import DeltaCapabilities, DeltaGate, DeltaKernel, DeltaRecipe
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.typing import dtype_name

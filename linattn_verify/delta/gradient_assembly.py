@@ -14,11 +14,11 @@ from dataclasses import replace
 
 import torch
 
+from linattn_verify.core.bound import TensorBound
+from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.delta.bounds import SMALLEST_SUBNORMAL, Units
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import delta_recurrent, sequence_inputs
-from linattn_verify.recipe import UNIT_ROUNDOFF
-from linattn_verify.tolerance import TensorBound
 from linattn_verify.typing import dtype_name
 
 GRADIENTS = ("q", "k", "v", "beta", "g", "initial_state")
@@ -129,7 +129,7 @@ def assemble_gradient_bounds(
             magnitude=magnitude.reshape(reference.shape),
             count=torch.full_like(reference, float(count)),
             unit=units.acc,
-            # An infinite (or NaN) bound certifies nothing: γ_n with n u >= 1 (`recipe.gamma`).
+            # An infinite (or NaN) bound certifies nothing: γ_n, n u >= 1 (`core.rounding.gamma`).
             verifiable=torch.isfinite(bound),
         )
     return named

@@ -50,12 +50,12 @@ from typing import Any
 
 import torch
 
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.delta.bounds import Units, contraction, decay_error
 from linattn_verify.delta.gradient_assembly import assemble_gradient_bounds, l2norm_chain
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import DeltaSequence
-from linattn_verify.tolerance import TensorBound
 
 
 def _sequence(

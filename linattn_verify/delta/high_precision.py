@@ -5,7 +5,7 @@ Both evaluate the recurrence of `linattn_verify.delta.problem` token by token fr
 float64 inputs, for small problems (O(T H K V) extended-precision operations, in Python loops
 over the tokens), and round every result once to float64.
 
-* `delta_double_double` uses the arithmetic of `linattn_verify.oracles.dd_arith`: the decay
+* `delta_double_double` uses the arithmetic of `linattn_verify.core.dd_arith`: the decay
   exp(g) by `dd_exp` (~2^-100 relative), every product by `dd_mul` (<= 7u² relative), the
   K-term dots S'^T k and S^T q by the pairwise `dd_sum` (~2u² ceil(log2 K)² Σ|x|), the updates
   by `dd_add` (<= 3u²), u = 2^-53. The L2 normalisation needs a square root, which dd_arith
@@ -15,7 +15,7 @@ over the tokens), and round every result once to float64.
   recurrence with u replaced by the dd operation bounds (see ``tests/delta``).
 * `delta_mpmath` works with ``dps`` decimal digits (default 50): exact conversion of the inputs
   to mpf, ``mp.fdot`` for the dots, a local ``mp.workdps`` context; results rounded by
-  `linattn_verify.oracles.mpmath_oracle.mpf_to_float`.
+  `linattn_verify.linear_attn.oracles.mpmath_oracle.mpf_to_float`.
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ import mpmath
 import numpy as np
 import torch
 
-from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
-from linattn_verify.delta.reference import require_delta_problem
-from linattn_verify.errors import InvalidArgument
-from linattn_verify.oracles.dd_arith import (
+from linattn_verify.core.dd_arith import (
     DD,
     Array,
     dd_add,
@@ -40,10 +37,13 @@ from linattn_verify.oracles.dd_arith import (
     dd_mul_d,
     dd_sum,
     fast_two_sum,
+    mpf_to_float,
     two_prod,
     two_sum,
 )
-from linattn_verify.oracles.mpmath_oracle import mpf_to_float
+from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
+from linattn_verify.delta.reference import require_delta_problem
+from linattn_verify.errors import InvalidArgument
 
 
 def dd_sqrt(ah: Array, al: Array) -> DD:

@@ -21,10 +21,10 @@ from typing import Any, Literal, get_args
 
 import torch
 
+from linattn_verify.core.rounding import UNIT_ROUNDOFF
+from linattn_verify.core.sizes import FIXED_SCALES, fixed_scales
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import FIXED_SCALES, fixed_scales
-from linattn_verify.recipe import UNIT_ROUNDOFF
 from linattn_verify.signature import keywords_for
 from linattn_verify.typing import (
     DTYPE_NAMES,
@@ -278,7 +278,8 @@ class DeltaKernel:
         capabilities: What it supports.
         recipe: Its precision recipe, fixed or as a function of the input dtype.
         options: Extra keywords passed on every call (e.g. ``{"chunk_size": 32}``).
-        source: How to load it again where it is not registered (as `linattn_verify.kernel.
+        source: How to load it again where it is not registered (as
+        `linattn_verify.linear_attn.kernel.
             Kernel.source`). Default: `None`.
     """
 

@@ -54,14 +54,14 @@ from typing import Any, cast
 
 import torch
 
-from linattn_verify.errors import InvalidArgument
-from linattn_verify.semantics import (
+from linattn_verify.core.tokens import (
     PackedTokens,
     check_cu_seqlens,
     check_flag,
     check_real,
     check_tensor,
 )
+from linattn_verify.errors import InvalidArgument
 
 DELTA_OMITTABLE = (
     "scale",

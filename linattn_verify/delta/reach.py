@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import random
 
+from linattn_verify.core.sizes import fixed_scales
 from linattn_verify.delta.kernel import DeltaKernel
 from linattn_verify.delta.strategies import DeltaCase
-from linattn_verify.kernel import fixed_scales
 from linattn_verify.reach import REACH_HEADS, Size
 from linattn_verify.typing import DTYPE_NAMES
 

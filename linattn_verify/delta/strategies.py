@@ -18,20 +18,20 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from linattn_verify.delta.kernel import DELTA_GATES, UNIT_KEY_SLACK, DeltaGate, DeltaKernel
-from linattn_verify.delta.problem import DELTA_OMITTABLE, DeltaProblem, validate_delta
-from linattn_verify.errors import InvalidArgument
-from linattn_verify.strategies import declared_scales
-from linattn_verify.strategies._shapes import (
+from linattn_verify.core.sizes import (
     batch_sizes,
     check_choices,
     check_int,
     check_int_range,
+    declared_scales,
     head_counts,
     head_dims,
     seq_lens,
     seq_packings,
 )
+from linattn_verify.delta.kernel import DELTA_GATES, UNIT_KEY_SLACK, DeltaGate, DeltaKernel
+from linattn_verify.delta.problem import DELTA_OMITTABLE, DeltaProblem, validate_delta
+from linattn_verify.errors import InvalidArgument
 from linattn_verify.typing import DTYPE_NAMES, KERNEL_DTYPES, torch_dtype
 
 KEY_FAMILIES = ("unit", "raw", "near_parallel", "repeated", "large_norm")
@@ -371,7 +371,7 @@ def delta_cases(
             Default: `False`.
         chunk_sizes: Chunk sizes whose residues T should cover. Default: `(16, 64)`.
         fixed_scales: Draw only these scales (``"default"``: `None` or K^-1/2; ``"one"``: 1), or
-            `()` for any (`linattn_verify.strategies.scales`). Default: `()`.
+            `()` for any (`linattn_verify.linear_attn.strategies.scales`). Default: `()`.
         omittable: Keywords the calling style may leave out at their default (of
             `DELTA_OMITTABLE`; drawn last, shrinking toward every keyword passed). Default: all.
 

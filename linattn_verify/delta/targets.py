@@ -7,10 +7,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from linattn_verify.core.loading import load_kernel_function, with_timeout
 from linattn_verify.delta.kernel import DeltaCapabilities, DeltaKernel, DeltaRecipe
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.signature import check_call, declared_capabilities, fit_flags, fit_keyword
-from linattn_verify.targets import load_kernel_function, with_timeout
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class DeltaKernelSource:
             recipe=self.recipe,
             source=self.resolved().to_json(),
         )
-        return with_timeout(kernel, self.timeout)  # type: ignore[arg-type, return-value]
+        return with_timeout(kernel, self.timeout)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (inverse: `from_json`)."""

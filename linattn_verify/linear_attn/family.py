@@ -22,10 +22,12 @@ if TYPE_CHECKING:
     import torch
     from hypothesis.strategies import SearchStrategy
 
-    from linattn_verify.kernel import Kernel
-    from linattn_verify.semantics import Problem
-    from linattn_verify.strategies import ProblemSpec
-    from linattn_verify.targets import KernelSource
+    from linattn_verify.core.recipe_steps import Ladders
+    from linattn_verify.linear_attn.kernel import Kernel
+    from linattn_verify.linear_attn.recipe import PrecisionRecipe
+    from linattn_verify.linear_attn.semantics import Problem
+    from linattn_verify.linear_attn.strategies import ProblemSpec
+    from linattn_verify.linear_attn.targets import KernelSource
 
 
 class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
@@ -36,19 +38,18 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
         "linear attention: decay none/scalar/vector (GLA), normalized or not, feature maps"
     )
     reach: ClassVar[bool] = True
-    diagnose: ClassVar[bool] = True
 
     def case_type(self) -> type[ProblemSpec]:
-        """`linattn_verify.strategies.ProblemSpec`."""
-        from linattn_verify.strategies import ProblemSpec
+        """`linattn_verify.linear_attn.strategies.ProblemSpec`."""
+        from linattn_verify.linear_attn.strategies import ProblemSpec
 
         return ProblemSpec
 
     def cases_for(
         self, kernel: Kernel, *, max_seq_len: int, max_head_dim: int, realistic: bool
     ) -> SearchStrategy[ProblemSpec]:
-        """`linattn_verify.strategies.kernel_specs` (realistic values: `REALISTIC_FAMILIES`)."""
-        from linattn_verify.strategies import REALISTIC_FAMILIES, kernel_specs
+        """`linear_attn.strategies.kernel_specs` (realistic values: `REALISTIC_FAMILIES`)."""
+        from linattn_verify.linear_attn.strategies import REALISTIC_FAMILIES, kernel_specs
 
         if realistic:
             return kernel_specs(
@@ -76,7 +77,7 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
         self, tensors: Mapping[str, torch.Tensor], case: ProblemSpec
     ) -> Problem:
         """`validate_problem` of the saved tensors with the case's options."""
-        from linattn_verify.semantics import validate_problem
+        from linattn_verify.linear_attn.semantics import validate_problem
 
         h0: Any = tensors.get("initial_state")
         if h0 is not None and case.normalize:
@@ -99,8 +100,8 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
         return dataclasses.replace(problem, omit=frozenset(case.omit))
 
     def source_from_json(self, document: Mapping[str, Any]) -> KernelSource:
-        """`linattn_verify.targets.KernelSource.from_json`."""
-        from linattn_verify.targets import KernelSource
+        """`linattn_verify.linear_attn.targets.KernelSource.from_json`."""
+        from linattn_verify.linear_attn.targets import KernelSource
 
         return KernelSource.from_json(document)
 
@@ -178,10 +179,11 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
 
     def source_from_args(self, args: argparse.Namespace, *, on_cuda: bool) -> KernelSource:
         """The kernel as ``check``'s flags and its signature describe it (`KernelSource`)."""
-        from linattn_verify.kernel import Capabilities
-        from linattn_verify.recipe import PrecisionRecipe
+        from linattn_verify.core.loading import load_kernel_function
+        from linattn_verify.linear_attn.kernel import Capabilities
+        from linattn_verify.linear_attn.recipe import PrecisionRecipe
+        from linattn_verify.linear_attn.targets import KernelSource
         from linattn_verify.signature import check_call, declared_capabilities, fit_flags
-        from linattn_verify.targets import KernelSource, load_kernel_function
 
         dot = args.dot_precision or ("tf32" if on_cuda else "ieee")
         # argparse restricted these strings to the recipe's choices; PrecisionRecipe rechecks.
@@ -232,9 +234,17 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
             inferred=tuple(fit.note for fit in fitted.values() if fit.note),
         )
 
+    def recipe_ladders(
+        self, declared: PrecisionRecipe, case: ProblemSpec, kernel: Kernel, dtype: torch.dtype
+    ) -> Ladders:
+        """`linear_attn.recipe_ladders.recipe_ladders`."""
+        from linattn_verify.linear_attn.recipe_ladders import recipe_ladders
+
+        return recipe_ladders(declared, case, kernel, dtype)
+
     def library_kernels(self, library: str) -> list[Kernel]:
-        """FLA's linear-attention kernels (`linattn_verify.adapters.fla.fla_kernels`)."""
-        from linattn_verify.adapters.fla import fla_kernels
+        """FLA's linear-attention kernels (`linear_attn.adapters.fla.fla_kernels`)."""
+        from linattn_verify.linear_attn.adapters.fla import fla_kernels
 
         return list(fla_kernels()) if library == "fla" else []
 

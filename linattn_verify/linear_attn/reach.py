@@ -7,10 +7,11 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from linattn_verify.kernel import Kernel, fixed_scales
+from linattn_verify.core.sizes import fixed_scales
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.strategies import DTYPES, ProblemSpec
+from linattn_verify.linear_attn.strategies._lifted import largest_key_dim
 from linattn_verify.reach import REACH_HEADS, Size
-from linattn_verify.strategies import DTYPES, ProblemSpec
-from linattn_verify.strategies._lifted import largest_key_dim
 from linattn_verify.typing import LIFTED_MAPS
 
 REACH_MAX_FEATURES = 64

@@ -22,7 +22,7 @@ from linattn_verify.results import CaseRecord, PropertyVerdict
 
 if TYPE_CHECKING:
     from linattn_verify.checking import CheckListener
-    from linattn_verify.kernel import Kernel
+    from linattn_verify.linear_attn.kernel import Kernel
 
 from linattn_verify.soak.state import (
     DEFAULT_CHUNK_EXAMPLES,

@@ -20,8 +20,8 @@ import torch
 
 from linattn_properties._support import KernelFailure
 from linattn_verify.compare import Comparison, Side, compare_bitwise, compare_pair
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.memory import Layout, expanded, last_dim_strided, sliced, transposed
-from linattn_verify.tolerance import TensorBound
 
 LAYOUT_PROMISE = ("deterministic", "layout_exact")
 """The promises under which another memory layout must give bit-identical results."""

@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from linattn_verify._bounds.dependence import depends_on_rows
-from linattn_verify.kernel import Kernel
-from linattn_verify.semantics import Problem
-from linattn_verify.tolerance import forward_bounds, overflow_elements
+from linattn_verify.linear_attn._bounds.dependence import depends_on_rows
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.tolerance import forward_bounds, overflow_elements
 
 
 def denominator_rows(

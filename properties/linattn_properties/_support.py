@@ -22,18 +22,18 @@ import torch
 
 from linattn_properties._nonfinite import nan_message, nonfinite_allowed, zero_convention_breach
 from linattn_verify.compare import Side, bitwise_mismatch
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.memory import Layout, same_layout, vector_jacobian
-from linattn_verify.kernel import Kernel
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.results import Comparison, PropertyResult, judged_status
-from linattn_verify.semantics import Problem
-from linattn_verify.strategies import ProblemSpec, random_cotangents
-from linattn_verify.tolerance import (
-    TensorBound,
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, random_cotangents
+from linattn_verify.linear_attn.tolerance import (
     backward_bounds,
     charge_returned_state,
     forward_bounds,
 )
+from linattn_verify.results import Comparison, PropertyResult, judged_status
 from linattn_verify.triage import with_input_severity
 from linattn_verify.typing import dtype_name
 
@@ -51,7 +51,8 @@ class KernelRun:
     Attributes:
         o: Output ``[B, T, H, V]``.
         final_state: `None`, S_T ``[N, H, K, V]``, or ``(S_T, z_T)`` for normalized problems.
-        grads: Gradients by input name (`linattn_verify.tolerance.GRADIENT_NAMES`) as autograd
+        grads: Gradients by input name (`linattn_verify.linear_attn.tolerance.GRADIENT_NAMES`) as
+        autograd
             returned them (`None` for an input the outputs do not depend on), or `None` when no
             backward pass was run.
         filled_grads: The same gradients with `None` replaced by zeros (empty without backward).
@@ -413,8 +414,8 @@ def run_kernel(
         problem: The problem; its tensors are copied, so a kernel that writes to its inputs
             cannot change what the oracle sees (it fails instead).
         cotangents: ``(do, d_final_state)`` to backpropagate (`vector_jacobian`: the gradient
-            of `linattn_verify.tolerance.cotangent_loss`), or `None` for a forward run only.
-            Default: `None`.
+            of `linattn_verify.linear_attn.tolerance.cotangent_loss`), or `None` for a forward run
+            only. Default: `None`.
         cotangent_seed: Without ``cotangents``, run backward with
             `random_cotangents(problem, cotangent_seed)`. Default: `None`.
         do_mask: Multiplies the output cotangent (``[B, T, H, 1]``, 0/1) and drops the

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import RECIPES
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.reference_kernels import RECIPES
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.registry import FULL
-from linattn_verify.strategies import ProblemSpec
 from linattn_verify.typing import Form
 
 EXAMPLE = ProblemSpec(

@@ -21,12 +21,13 @@ from linattn_properties._support import (
     run_kernel,
 )
 from linattn_verify.compare import FAIL_THRESHOLD, Comparison, compare, compare_within
-from linattn_verify.kernel import Kernel
-from linattn_verify.oracles.parallel import parallel_reference
+from linattn_verify.core.bound import TensorBound
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.strategies import ProblemSpec
+from linattn_verify.linear_attn.tolerance import as_kernel_sees
 from linattn_verify.results import PropertyResult
-from linattn_verify.semantics import Problem
-from linattn_verify.strategies import ProblemSpec
-from linattn_verify.tolerance import TensorBound, as_kernel_sees
 
 _POWERS = (0.25, 0.5, 2.0, 4.0, -0.5, -1.0, -2.0)
 _U64 = 2.0**-53

@@ -27,10 +27,10 @@ from linattn_properties._support import (
 )
 from linattn_verify.compare import Side, compare, compare_bitwise, compare_pair
 from linattn_verify.core.memory import same_layout
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, random_cotangents
 from linattn_verify.results import PropertyResult
-from linattn_verify.semantics import Problem
-from linattn_verify.strategies import ProblemSpec, random_cotangents
 
 
 def _cut(problem: Problem, seed: int) -> int | None:

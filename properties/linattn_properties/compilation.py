@@ -31,9 +31,9 @@ from linattn_properties._support import (
     within_rounding,
 )
 from linattn_verify.compare import Side, compare_bitwise, compare_pair
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.results import PropertyResult
-from linattn_verify.strategies import ProblemSpec
 
 NAME = "compiled_matches_eager"
 

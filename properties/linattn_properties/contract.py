@@ -35,10 +35,10 @@ from linattn_verify.core.memory import (
     expand_dim,
     nan_poisoned_allocations,
 )
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, random_cotangents
 from linattn_verify.results import PropertyResult
-from linattn_verify.semantics import Problem
-from linattn_verify.strategies import ProblemSpec, random_cotangents
 
 HEAD_DIMS = {"q": 2, "k": 2, "v": 2, "g": 2, "initial_state": 1, "initial_key_sum": 1}
 """Where each input of a problem has its head dim."""

@@ -16,9 +16,9 @@ import torch
 
 from linattn_properties._support import prepare_case, property_function, run_bounds, run_kernel
 from linattn_verify.compare import compare, compare_bitwise
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.results import PropertyResult
-from linattn_verify.strategies import ProblemSpec
 
 ZERO_ROWS = "to 0 on rows whose exact denominator is 0 (the 0/0 row, declared 0)"
 """The condition of the bitwise comparison of the 0/0 rows with 0 (``zero`` kernels)."""

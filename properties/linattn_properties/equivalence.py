@@ -26,12 +26,12 @@ from linattn_properties._support import (
     run_kernel,
 )
 from linattn_verify.compare import Side, compare_pair
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, random_cotangents
 from linattn_verify.results import Comparison, PropertyResult
-from linattn_verify.semantics import Problem
-from linattn_verify.strategies import ProblemSpec, random_cotangents
-from linattn_verify.tolerance import TensorBound
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,16 @@ import torch
 from linattn_properties._nonfinite import denominator_rows
 from linattn_properties._support import PreparedCase, not_applicable, property_function, run_kernel
 from linattn_verify.compare import FAIL_THRESHOLD, Comparison, compare_bitwise, compare_within
+from linattn_verify.core.rounding import UNIT_ROUNDOFF
+from linattn_verify.core.sizes import dyadic_scale_exponent
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Kernel, dyadic_scale_exponent
-from linattn_verify.oracles.exact import exact_oracle
-from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.recipe import UNIT_ROUNDOFF, PrecisionRecipe, dtype_name
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.oracles.exact import exact_oracle
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.recipe import PrecisionRecipe, dtype_name
+from linattn_verify.linear_attn.semantics import Problem, validate_problem
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.results import PropertyResult
-from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.strategies import ProblemSpec
 from linattn_verify.typing import torch_dtype
 
 _RANGES = (15, 7, 3, 1)
@@ -186,7 +188,7 @@ def dyadic_inputs_exact(spec: ProblemSpec, kernel: Kernel) -> PropertyResult:
     With the case's shapes, inputs x = n·2^e (integers |n| <= R, R <= 15, thinned until every
     partial sum of the function is below 2^p units; see `precision_bits`), φ identity or relu,
     g = 0 or no decay, s and eps powers of two (eps may be 0), and o*, S_T*, z_T* the exact
-    results (`linattn_verify.oracles.exact.exact_oracle`):
+    results (`linattn_verify.linear_attn.oracles.exact.exact_oracle`):
 
         unnormalized:  ô ≡ o*         Ŝ_T ≡ S_T*
         normalized:    |ô - o*| <= (u_div + u_out + 2^-52)|o*|   (o* = 0 where Z = 0)

@@ -16,10 +16,10 @@ import torch
 
 from linattn_properties._support import prepare_case, property_function, run_bounds, run_kernel
 from linattn_verify.compare import Side, bitwise_mismatch, compare_pair
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, random_cotangents
 from linattn_verify.results import PropertyResult
-from linattn_verify.semantics import Problem
-from linattn_verify.strategies import ProblemSpec, random_cotangents
 
 _ROWS = ("o", "q", "k", "v", "g", "dq", "dk", "dv", "dg")
 """Tensor names laid out ``[B, T, H, ...]``; the others are states ``[N, H, ...]``."""

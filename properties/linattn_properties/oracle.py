@@ -22,16 +22,16 @@ from linattn_properties._support import (
     run_kernel,
 )
 from linattn_verify.compare import judge_against_oracle
-from linattn_verify.feature_maps import (
+from linattn_verify.linear_attn.feature_maps import (
     apply_feature_map,
     feature_map_derivative,
     lift_sensitivity,
 )
-from linattn_verify.kernel import Kernel
-from linattn_verify.oracles.parallel import State, parallel_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.oracles.parallel import State, parallel_reference
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, random_cotangents
 from linattn_verify.results import PropertyResult
-from linattn_verify.semantics import Problem
-from linattn_verify.strategies import ProblemSpec, random_cotangents
 
 GRADCHECK_EPS = 1e-6
 """Finite-difference step of the gradcheck, in units of each input's scale (see below)."""

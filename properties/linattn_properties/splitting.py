@@ -22,12 +22,13 @@ from linattn_properties._support import (
 )
 from linattn_verify.compare import Side, compare, compare_pair
 from linattn_verify.compare._elementwise import safe_ratio
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.semantics import Problem, validate_problem
+from linattn_verify.linear_attn.strategies import ProblemSpec
+from linattn_verify.linear_attn.tolerance import forward_bounds
 from linattn_verify.results import Comparison, PropertyResult
-from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.strategies import ProblemSpec
-from linattn_verify.tolerance import TensorBound, forward_bounds
 
 
 def _subproblem(problem: Problem, start: int, end: int, initial_state: Any) -> Problem:

@@ -23,12 +23,12 @@ from linattn_properties.oracle import (
 )
 
 from linattn_verify import interpreter
-from linattn_verify.adapters import fla as fla_adapters
 from linattn_verify.cli import EXIT_FAILED, main
 from linattn_verify.errors import InvalidArgument, PropertyViolation
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.adapters import fla as fla_adapters
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec
 
 HAVE_FLA = importlib.util.find_spec("fla") is not None
 needs_fla = pytest.mark.skipif(

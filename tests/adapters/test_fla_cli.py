@@ -3,8 +3,8 @@
 
 FLA's simple_gla and unnormalized linear_attn functions are in the calling convention already,
 so no adapter is involved: the flags declare what the function computes and how it rounds (the
-16-bit recipes are those of `linattn_verify.adapters.fla`: intermediates rounded to the input
-dtype, twice on a chunked simple_gla path, none in the fused recurrent kernel).
+16-bit recipes are those of `linattn_verify.linear_attn.adapters.fla`: intermediates rounded to the
+input dtype, twice on a chunked simple_gla path, none in the fused recurrent kernel).
 """
 
 from __future__ import annotations

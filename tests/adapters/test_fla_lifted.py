@@ -1,8 +1,8 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """FLA's Based and ReBased kernels through their adapters: declarations, and the oracle.
 
-Every kernel of `linattn_verify.adapters.fla_lifted` runs forward and backward on small cases
-(T in {1, 20, 37, 130}: one token, a partial query block, two blocks of the parallel kernels'
+Every kernel of `linattn_verify.linear_attn.adapters.fla_lifted` runs forward and backward on small
+cases (T in {1, 20, 37, 130}: one token, a partial query block, two blocks of the parallel kernels'
 128; K = 5, 8, 16; fp32 and bf16), judged by the float64 oracle under the precision recipe its
 adapter declares. ReBased takes only the scales K^-1/2 and 1, so it skips the case with
 scale 0.3. Without CUDA the kernels run under the Triton interpreter (about a second a case).
@@ -20,13 +20,13 @@ import torch
 from linattn_properties.oracle import gradients_match_oracle, outputs_match_oracle
 
 from linattn_verify import interpreter
-from linattn_verify.adapters import fla as fla_adapters
-from linattn_verify.adapters import fla_lifted
 from linattn_verify.compare.oracle import check_against_oracle
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Kernel
-from linattn_verify.semantics import validate_problem
-from linattn_verify.strategies import ProblemSpec
+from linattn_verify.linear_attn.adapters import fla as fla_adapters
+from linattn_verify.linear_attn.adapters import fla_lifted
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.semantics import validate_problem
+from linattn_verify.linear_attn.strategies import ProblemSpec
 
 HAVE_FLA = importlib.util.find_spec("fla") is not None
 needs_fla = pytest.mark.skipif(

@@ -19,7 +19,7 @@ KERNELS = textwrap.dedent(
     import os
     import signal
 
-    from linattn_verify.reference_kernels import float32_reference
+    from linattn_verify.linear_attn.reference_kernels import float32_reference
 
     _reference = float32_reference("recurrent")
 

@@ -19,7 +19,7 @@ SMALL = ["--heads", "1", "--head-dim", "16", "--value-dim", "16"]
 
 TARGETS = textwrap.dedent(
     """
-    from linattn_verify.reference_kernels import float32_chunk_reference
+    from linattn_verify.linear_attn.reference_kernels import float32_chunk_reference
 
     _chunk = float32_chunk_reference()
 

@@ -13,7 +13,7 @@ from linattn_verify.cli.manifest import load_manifest
 from linattn_verify.errors import InvalidArgument
 
 KERNEL = """
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.reference_kernels import float32_reference
 
 reference = float32_reference("recurrent")
 

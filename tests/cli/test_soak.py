@@ -16,8 +16,9 @@ import torch
 
 from linattn_verify.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 from linattn_verify.failures import replay
-from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import RECIPES, float32_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.reference_kernels import RECIPES, float32_reference
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.registry import FULL, get_kernel, registered_properties
 from linattn_verify.results import PropertyResult
 from linattn_verify.soak import (
@@ -29,7 +30,6 @@ from linattn_verify.soak import (
     soak,
     visit_seed,
 )
-from linattn_verify.strategies import ProblemSpec
 
 _correct = float32_reference("recurrent")
 

@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 
 from linattn_verify.cli import EXIT_FAILED, EXIT_OK, main
-from linattn_verify.kernel import Capabilities
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.kernel import Capabilities
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.targets import KernelSource
 from linattn_verify.registry import FULL
-from linattn_verify.targets import KernelSource
 
 KERNEL = textwrap.dedent(
     """
     import torch
 
-    from linattn_verify.reference_kernels import float32_reference
+    from linattn_verify.linear_attn.reference_kernels import float32_reference
 
     _unnormalized = float32_reference("recurrent")
 

@@ -16,9 +16,9 @@ from linattn_properties.oracle import gradients_match_oracle
 from linattn_properties.splitting import state_split_composes
 
 from linattn_verify.cli.manifest import ManifestEntry, load_manifest
+from linattn_verify.core.rounding import gamma
 from linattn_verify.delta.strategies import DeltaCase
-from linattn_verify.recipe import gamma
-from linattn_verify.strategies import ProblemSpec
+from linattn_verify.linear_attn.strategies import ProblemSpec
 
 HERE = Path(__file__).parent
 
@@ -103,7 +103,7 @@ def test_quotient_adjoints_below_fp16s_normal_range_are_charged_absolutely() -> 
 def test_a_rounding_count_past_one_over_u_gives_no_bound_instead_of_an_error() -> None:
     # bf16 arithmetic (u = 2^-8) over a 64-token chunk with K = V = 15: one gradient term's
     # rounding count reached n = 256, n u = 1, and γ_n = n u / (1 - n u) divided by zero, a
-    # harness error. γ_n is now inf there (recipe.gamma) and the elements it bounds certify
+    # harness error. γ_n is now inf there (`core.rounding.gamma`) and the elements it bounds certify
     # nothing. The soak found it.
     case = DeltaCase(
         B=2, T=29, H=2, K=15, V=15, dtype="bfloat16", gate="none", gate_family="none",

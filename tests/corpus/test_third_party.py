@@ -19,7 +19,7 @@ import pytest
 from linattn_properties.oracle import gradients_match_oracle
 
 from linattn_verify.cli.manifest import ManifestEntry, load_manifest
-from linattn_verify.strategies import ProblemSpec
+from linattn_verify.linear_attn.strategies import ProblemSpec
 
 HERE = Path(__file__).parent
 

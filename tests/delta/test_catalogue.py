@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from linattn_properties.delta import delta_catalogue
 
+from linattn_verify.core.loading import import_file
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.reference_kernels import (
     REFERENCE_CAPABILITIES,
@@ -30,7 +31,6 @@ from linattn_verify.delta.reference_kernels import (
 )
 from linattn_verify.delta.strategies import DeltaCase, delta_cases_for
 from linattn_verify.results import PropertyResult
-from linattn_verify.targets import import_file
 
 zoo = import_file(Path(__file__).parents[1] / "zoo" / "delta_bugs.py", "_linattn_zoo_delta_bugs")
 

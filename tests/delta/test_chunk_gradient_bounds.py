@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from linattn_verify.core.loading import import_file
 from linattn_verify.delta import chunk_gradient_bounds as cgb
 from linattn_verify.delta.gradient_assembly import reference_gradients
 from linattn_verify.delta.gradient_bounds import backward_bounds
@@ -26,7 +27,6 @@ from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.delta.reference import sequence_inputs
 from linattn_verify.delta.reference_kernels import delta_reference_kernels
 from linattn_verify.delta.strategies import DeltaCase, random_delta_cotangents
-from linattn_verify.targets import import_file
 
 RECIPE = DeltaRecipe(form="chunk", chunk_size=16)
 ZOO = Path(__file__).resolve().parents[1] / "zoo" / "delta_bugs.py"

@@ -27,11 +27,11 @@ from linattn_properties.delta.dyadic import (
     storage_bits,
 )
 
+from linattn_verify.core.loading import import_file
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.reference import forward_substitution_inverse
 from linattn_verify.delta.reference_kernels import delta_recurrent_torch, delta_reference_kernels
 from linattn_verify.delta.strategies import DeltaCase
-from linattn_verify.targets import import_file
 
 zoo = import_file(Path(__file__).parents[1] / "zoo" / "delta_bugs.py", "_linattn_zoo_delta_bugs")
 RECURRENT, CHUNK = delta_reference_kernels()

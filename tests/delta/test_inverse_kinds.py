@@ -18,11 +18,11 @@ import pytest
 import torch
 from linattn_properties.delta import delta_catalogue
 
+from linattn_verify.core.loading import import_file
 from linattn_verify.delta.bounds import inverse_magnitude
 from linattn_verify.delta.kernel import DeltaCapabilities, DeltaKernel, DeltaRecipe
 from linattn_verify.delta.reference import forward_substitution_inverse
 from linattn_verify.delta.strategies import DeltaCase
-from linattn_verify.targets import import_file
 
 CORPUS = Path(__file__).parents[1] / "corpus" / "delta"
 OUTPUTS = delta_catalogue()["outputs_match_oracle"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from linattn_verify.core.loading import import_file
 from linattn_verify.delta import DeltaProblem, delta_recurrent
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.reference_kernels import (
@@ -25,7 +26,6 @@ from linattn_verify.delta.reference_kernels import (
     delta_reference_kernels,
 )
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.targets import import_file
 
 zoo = import_file(Path(__file__).parents[1] / "zoo" / "delta_bugs.py", "_linattn_zoo_delta_bugs")
 

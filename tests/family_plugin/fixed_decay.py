@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from linattn_verify.compare import compare
 from linattn_verify.core import Family
+from linattn_verify.core.bound import TensorBound
+from linattn_verify.core.loading import load_kernel_function
 from linattn_verify.results import PropertyResult, judged_status
-from linattn_verify.targets import load_kernel_function
-from linattn_verify.tolerance import TensorBound
 from linattn_verify.typing import torch_dtype
 
 NAME = "fixed_decay"

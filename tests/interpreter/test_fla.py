@@ -15,9 +15,9 @@ import torch
 
 from linattn_verify import interpreter
 from linattn_verify.compare import check_against_oracle
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import validate_problem
 from linattn_verify.results import PropertyResult
-from linattn_verify.semantics import validate_problem
 
 pytestmark = [
     pytest.mark.interpret,

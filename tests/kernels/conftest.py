@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from linattn_verify.compare import assert_linattn_close
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.semantics import validate_problem
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import validate_problem
 
 GRAD_NAMES = ("q", "k", "v", "g", "initial_state", "initial_key_sum")
 TENSOR_NAMES = ("q", "k", "v", "g")

@@ -2,8 +2,8 @@
 """The chunked Triton kernel against the float64 oracle, forward and backward, plus contracts.
 
 Everything runs under the Triton interpreter on a CPU, so problems stay tiny (T <= 100,
-B * H <= 4). Tolerances come from `linattn_verify.tolerance` through `assert_linattn_close`;
-exactness properties use bit equality.
+B * H <= 4). Tolerances come from `linattn_verify.linear_attn.tolerance` through
+`assert_linattn_close`; exactness properties use bit equality.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from linattn_verify.compare import assert_linattn_close
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.semantics import validate_problem
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import validate_problem
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

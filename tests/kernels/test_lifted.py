@@ -1,10 +1,10 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Lifted feature maps (taylor2, rebased, favor+): the Triton φ step and the forms through it.
 
-`lift_features` is checked against the float64 `linattn_verify.feature_maps.lift` (and
+`lift_features` is checked against the float64 `linattn_verify.linear_attn.feature_maps.lift` (and
 `Problem.query_features` for the prescale and the stabiliser), its backward against float64
-autograd, both within the harness's feature bounds (`linattn_verify._bounds.lifted`); the
-chunked and recurrent forms with each map against the float64 oracle with
+autograd, both within the harness's feature bounds (`linattn_verify.linear_attn._bounds.lifted`);
+the chunked and recurrent forms with each map against the float64 oracle with
 `assert_linattn_close`. Everything runs under the Triton interpreter, so cases stay tiny
 (T <= 32, K <= 4, V <= 4).
 """
@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import torch
 
-from linattn_verify._bounds.lifted import chain, feature_error
 from linattn_verify.compare import assert_linattn_close
-from linattn_verify.feature_maps import favor_exponent, lift
-from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.semantics import validate_problem
+from linattn_verify.linear_attn._bounds.lifted import chain, feature_error
+from linattn_verify.linear_attn.feature_maps import favor_exponent, lift
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import validate_problem
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from linattn_verify.errors import PropertyViolation
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
 
 with warnings.catch_warnings():
     # Without CUDA the kernels announce their interpreter fallback once; that is intended here.

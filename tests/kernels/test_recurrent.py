@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from linattn_verify.errors import PropertyViolation
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
 
 with warnings.catch_warnings():
     # The CPU fallback announces itself once at import; the tests mean to run interpreted.

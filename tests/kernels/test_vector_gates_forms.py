@@ -19,9 +19,9 @@ import torch
 
 from linattn_verify.compare import assert_linattn_close
 from linattn_verify.compare.pairwise import Side, compare_pair
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.strategies._tensors import VECTOR_DECAY_FAMILIES, decay_values
-from linattn_verify.tolerance import backward_bounds, forward_bounds
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.strategies._tensors import VECTOR_DECAY_FAMILIES, decay_values
+from linattn_verify.linear_attn.tolerance import backward_bounds, forward_bounds
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -21,7 +21,7 @@ def test_kernel(linattn_kernel):
 FAILING_TEST = """
 from linattn_verify.results import PropertyResult
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec
+from linattn_verify.linear_attn.strategies import ProblemSpec
 
 SPEC = ProblemSpec(1, 3, 1, 2, 2, "float32", "identity", False, 0.0, None, "normal", "none",
                    False, False, None, 0)
@@ -187,7 +187,7 @@ from dataclasses import replace
 from linattn_properties.oracle import outputs_match_oracle
 from linattn_verify.registry import get_kernel
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec
+from linattn_verify.linear_attn.strategies import ProblemSpec
 
 SPEC = ProblemSpec(1, 4, 1, 2, 2, "float32", "identity", False, 0.0, None, "normal", "none",
                    False, False, None, 3)
@@ -219,7 +219,7 @@ def test_a_failing_property_test_prints_what_check_prints(pytester: pytest.Pytes
             "*outputs_match_oracle FAILED for bug/off_by_one [ProblemSpec(B=1, T=4*",
             "*bug/off_by_one o is not close to the float64 oracle!*",
             "*Mismatched elements (score > 1): 8 / 8 (100.0%)*",
-            "*Repro: from linattn_verify.strategies import ProblemSpec; problem = *",
+            "*Repro: from linattn_verify.linear_attn.strategies import ProblemSpec; problem = *",
             f"*Replay: linattn-verify replay {saved}*",
         ]
     )
@@ -231,7 +231,7 @@ import json
 from linattn_properties.oracle import outputs_match_oracle
 from linattn_verify.registry import get_kernel
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec
+from linattn_verify.linear_attn.strategies import ProblemSpec
 
 SPECS = [
     ProblemSpec(1, T, 1, 2, 2, "float32", "identity", False, 0.0, None, "normal", "none",

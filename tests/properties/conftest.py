@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.typing import LIFTED_MAPS
 
 QUIET = pytest.mark.filterwarnings("ignore::linattn_kernels.InterpreterFallbackWarning")

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from linattn_properties._testing import bug_kernel, example_spec, narrowed
 from linattn_properties.algebra import linear_in_values_and_state, normalized_affine_and_convex
 
-from linattn_verify.feature_maps import apply_feature_map
-from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.feature_maps import apply_feature_map
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.reference_kernels import float32_reference
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.registry import registered_kernels
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 
 KERNELS = list(registered_kernels("linear_attn").values())
 

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from linattn_properties._testing import bug_kernel, example_spec
 from linattn_properties.causality import causal_gradients_exact, causal_outputs_exact
 
-from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.reference_kernels import float32_reference
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.registry import registered_kernels
 from linattn_verify.results import PropertyResult
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 
 KERNELS = list(registered_kernels("linear_attn").values())
 

@@ -11,10 +11,10 @@ import torch
 from linattn_properties._testing import bug_kernel, example_spec
 from linattn_properties.compilation import compiled_matches_eager
 
-from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.reference_kernels import float32_reference
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec
 
 base = partial(example_spec, B=2, T=11, K=3, V=5, scale=0.3, seed=5)
 

@@ -13,13 +13,13 @@ from linattn_properties._testing import RARE_CASES, bug_kernel, example_spec
 from linattn_properties.equivalence import chunk_size_invariant, forms_agree
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Kernel
-from linattn_verify.oracles.chunk import chunk_reference
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.oracles.chunk import chunk_reference
+from linattn_verify.linear_attn.reference_kernels import float32_reference
+from linattn_verify.linear_attn.semantics import validate_problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.registry import registered_kernels
 from linattn_verify.running import check_property
-from linattn_verify.semantics import validate_problem
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 from linattn_verify.typing import FORMS
 
 REGISTERED = registered_kernels("linear_attn")

@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from linattn_properties._testing import example_spec
 from linattn_properties.exactness import dyadic_inputs_exact, precision_bits
 
-from linattn_verify.kernel import Capabilities, Kernel
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.reference_kernels import RECIPES, float32_reference
+from linattn_verify.linear_attn.kernel import Capabilities, Kernel
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.reference_kernels import RECIPES, float32_reference
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.registry import FULL
 from linattn_verify.results import PropertyResult
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 
 SMALL: dict[str, Any] = {"max_seq_len": 24, "max_head_dim": 8}
 

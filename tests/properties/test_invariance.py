@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from linattn_properties._testing import bug_kernel, example_spec
 from linattn_properties.invariance import batch_and_head_equivariant, reindex
 
-from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.reference_kernels import float32_reference
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 
 SMALL: dict[str, Any] = {"max_seq_len": 8, "max_head_dim": 3}
 

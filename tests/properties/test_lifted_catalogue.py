@@ -15,10 +15,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.registry import get_kernel, registered_properties
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 from linattn_verify.typing import LIFTED_MAPS
 
 KERNELS = ("torch/chunk", "triton/parallel", "triton/chunk")

@@ -24,13 +24,13 @@ from linattn_properties.oracle import (
 )
 
 from linattn_verify.errors import PropertyViolation
-from linattn_verify.kernel import Kernel
-from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.reference_kernels import float32_reference
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs, problem_specs
 from linattn_verify.results import PropertyResult
 from linattn_verify.running import check_property
-from linattn_verify.semantics import Problem
-from linattn_verify.strategies import ProblemSpec, kernel_specs, problem_specs
 
 # Small enough for the Triton interpreter: every example costs ~0.1-1 s per kernel call.
 SMALL: dict[str, Any] = {"max_seq_len": 24, "max_head_dim": 6}

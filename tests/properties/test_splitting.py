@@ -15,11 +15,11 @@ from linattn_properties._testing import RARE_CASES, bug_kernel, example_spec
 from linattn_properties.splitting import state_split_composes, varlen_matches_separate_runs
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.reference_kernels import float32_reference
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.registry import registered_kernels
 from linattn_verify.running import check_property
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 
 REGISTERED = registered_kernels("linear_attn")
 

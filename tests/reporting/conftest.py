@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.registry import reference_kernels as torch_reference_kernels
 from linattn_verify.reporting import RunWriter
 from linattn_verify.results import (

@@ -134,9 +134,9 @@ def test_a_failing_case_of_run_is_saved_for_replay(
     tmp_path: Path, reference_kernels: list[Any]
 ) -> None:
     from linattn_verify.failures import replay
+    from linattn_verify.linear_attn.strategies import ProblemSpec
     from linattn_verify.registry import registered_properties
     from linattn_verify.running import verify_case
-    from linattn_verify.strategies import ProblemSpec
 
     chunk = next(k for k in reference_kernels if k.form == "chunk")
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from linattn_verify.compare import check_against_oracle
-from linattn_verify.feature_maps import apply_feature_map
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.tolerance import forward_bounds
+from linattn_verify.linear_attn.feature_maps import apply_feature_map
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import Problem, validate_problem
+from linattn_verify.linear_attn.tolerance import forward_bounds
 
 HAND_PICKED_RATIO = 0.005
 """The strawman: flash-linear-attention's tests pass when rmse(x̂ - x) / rmse(x) is below this."""

@@ -17,13 +17,13 @@ import torch
 from hypothesis import assume, example, given, note, target
 
 from linattn_verify.compare import check_against_oracle
-from linattn_verify.oracles.chunk import chunk_reference
-from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.oracles.recurrent import recurrent_reference
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.semantics import Problem
-from linattn_verify.strategies import ProblemSpec, problem_specs, random_cotangents
-from linattn_verify.tolerance import cotangent_loss, forward_bounds
+from linattn_verify.linear_attn.oracles.chunk import chunk_reference
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.oracles.recurrent import recurrent_reference
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, problem_specs, random_cotangents
+from linattn_verify.linear_attn.tolerance import cotangent_loss, forward_bounds
 
 SOUND_LIMIT = 1.0
 """A correct computation must satisfy its rigorous bound: r, η <= 1 (no slack needed)."""

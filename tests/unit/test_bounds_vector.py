@@ -21,15 +21,15 @@ from hypothesis import HealthCheck, assume, example, given, note, settings, targ
 from hypothesis import strategies as st
 
 from linattn_verify.compare import check_against_oracle
-from linattn_verify.feature_maps import apply_feature_map
-from linattn_verify.oracles.chunk import chunk_reference
-from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.oracles.recurrent import recurrent_reference
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.strategies import VECTOR_DECAY_FAMILIES, random_cotangents
-from linattn_verify.strategies._tensors import decay_values, family_values
-from linattn_verify.tolerance import backward_bounds, cotangent_loss, forward_bounds
+from linattn_verify.linear_attn.feature_maps import apply_feature_map
+from linattn_verify.linear_attn.oracles.chunk import chunk_reference
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.oracles.recurrent import recurrent_reference
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import Problem, validate_problem
+from linattn_verify.linear_attn.strategies import VECTOR_DECAY_FAMILIES, random_cotangents
+from linattn_verify.linear_attn.strategies._tensors import decay_values, family_values
+from linattn_verify.linear_attn.tolerance import backward_bounds, cotangent_loss, forward_bounds
 
 SOUND_LIMIT = 1.0
 """A correct computation must satisfy its rigorous bound: r, η <= 1 (no slack needed)."""

@@ -10,7 +10,6 @@ import pytest
 import torch
 from jsonschema import Draft202012Validator
 
-from linattn_verify._bounds.dependence import depends_on_rows
 from linattn_verify.compare import (
     Side,
     assert_linattn_close,
@@ -22,13 +21,15 @@ from linattn_verify.compare import (
     mismatch_message,
 )
 from linattn_verify.compare.ulps import ulp_stats
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.errors import InvalidArgument, PropertyViolation
-from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.linear_attn._bounds.dependence import depends_on_rows
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import Problem, validate_problem
+from linattn_verify.linear_attn.tolerance import backward_bounds, forward_bounds
 from linattn_verify.reporting import run_schema
 from linattn_verify.results import Comparison
-from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.tolerance import TensorBound, backward_bounds, forward_bounds
 
 RECIPE = PrecisionRecipe(form="parallel", dots_on_path=0, decay_scan="global")
 

@@ -18,12 +18,13 @@ from linattn_verify import diagnosis
 from linattn_verify.compare import compare_bitwise
 from linattn_verify.diagnosis import diagnose
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Kernel
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.reference_kernels import float32_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.recipe_ladders import recipe_ladders
+from linattn_verify.linear_attn.reference_kernels import float32_reference
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.registry import get_kernel
 from linattn_verify.results import Comparison, PropertyResult, Worst
-from linattn_verify.strategies import ProblemSpec
 
 REFERENCE = float32_reference("recurrent")
 
@@ -309,7 +310,7 @@ def test_the_diagnosis_tries_a_reciprocal_division_for_normalized_cases() -> Non
     kernel = get_kernel("torch/recurrent")
     spec = example_spec(dtype="float16", normalize=True, feature_map="elu1")
     declared = kernel.precision_recipe(torch.float16)
-    ladders = diagnosis._ladders(declared, spec, kernel, torch.float16)
+    ladders = recipe_ladders(declared, spec, kernel, torch.float16)
     steps = ladders["reciprocal"]
     assert [step.changes for step in steps] == [
         {"division": "reciprocal", "division_dtype": "float32"},
@@ -318,4 +319,4 @@ def test_the_diagnosis_tries_a_reciprocal_division_for_normalized_cases() -> Non
     assert steps[-1].how == "`--division reciprocal --division-dtype input`"
     assert steps[0].size < steps[1].size
     unnormalized = replace(spec, normalize=False)
-    assert "reciprocal" not in diagnosis._ladders(declared, unnormalized, kernel, torch.float16)
+    assert "reciprocal" not in recipe_ladders(declared, unnormalized, kernel, torch.float16)

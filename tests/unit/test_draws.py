@@ -13,7 +13,7 @@ import sys
 from contextlib import nullcontext
 import linattn_verify.running as running
 from linattn_verify.registry import get_kernel
-from linattn_verify.strategies import kernel_specs
+from linattn_verify.linear_attn.strategies import kernel_specs
 if sys.argv[1] == "unpatched":
     running.seeded_draws = nullcontext
 if sys.argv[2] == "loaded":

@@ -21,14 +21,14 @@ from linattn_verify.drift import (
     growth_exponent,
     measure_drift,
 )
-from linattn_verify.drift_linear import linear_forward_bounds
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.reference_kernels import with_state_dtype
+from linattn_verify.linear_attn.drift_linear import linear_forward_bounds
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.reference_kernels import with_state_dtype
+from linattn_verify.linear_attn.semantics import validate_problem
+from linattn_verify.linear_attn.tolerance import forward_bounds
 from linattn_verify.registry import get_kernel
 from linattn_verify.results import FAIL_THRESHOLD
-from linattn_verify.semantics import validate_problem
-from linattn_verify.tolerance import forward_bounds
 
 SMALL = {"max_T": 256, "heads": 1, "head_dim": 16, "value_dim": 16}
 

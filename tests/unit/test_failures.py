@@ -20,12 +20,12 @@ from linattn_verify.failures import (
     replay,
     save_failure,
 )
-from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import RECIPES, float32_reference
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.reference_kernels import RECIPES, float32_reference
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.registry import FULL
 from linattn_verify.results import PropertyResult
 from linattn_verify.running import check_property as check
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 
 _correct = float32_reference("recurrent")
 

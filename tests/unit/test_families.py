@@ -18,8 +18,8 @@ from linattn_verify.core.family import (
 from linattn_verify.delta.reference_kernels import delta_reference_kernels
 from linattn_verify.delta.strategies import DeltaCase
 from linattn_verify.errors import InvalidArgument
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.registry import registered_kernels
-from linattn_verify.strategies import ProblemSpec
 
 DELTA_CASE = DeltaCase(
     B=1, T=3, H=1, K=2, V=2, dtype="float32", gate="none", gate_family="none",

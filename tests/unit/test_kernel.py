@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from linattn_verify.kernel import Capabilities, Kernel
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.kernel import Capabilities, Kernel
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import OMITTABLE
+from linattn_verify.linear_attn.strategies import ProblemSpec
 from linattn_verify.registry import FULL
-from linattn_verify.semantics import OMITTABLE
-from linattn_verify.strategies import ProblemSpec
 
 # K = 2, V = 3, no decay, no states, dense, unnormalized, identity, default scale: every
 # argument is at its default.
@@ -109,9 +109,9 @@ def test_a_kernel_limited_to_some_scales_is_drawn_and_judged_on_those_only() -> 
     from hypothesis import given, settings
 
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.reference_kernels import RECIPES, float32_reference
-    from linattn_verify.semantics import validate_problem
-    from linattn_verify.strategies import kernel_specs
+    from linattn_verify.linear_attn.reference_kernels import RECIPES, float32_reference
+    from linattn_verify.linear_attn.semantics import validate_problem
+    from linattn_verify.linear_attn.strategies import kernel_specs
 
     with pytest.raises(InvalidArgument, match="scales"):
         Capabilities(scales=("half",))

@@ -10,11 +10,11 @@ import torch
 from hypothesis import given, settings
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.oracles.api import oracle
-from linattn_verify.reference_kernels import RECIPES, float32_reference
-from linattn_verify.semantics import validate_problem
-from linattn_verify.strategies import ProblemSpec, problem_specs
-from linattn_verify.tolerance import forward_bounds
+from linattn_verify.linear_attn.oracles.api import oracle
+from linattn_verify.linear_attn.reference_kernels import RECIPES, float32_reference
+from linattn_verify.linear_attn.semantics import validate_problem
+from linattn_verify.linear_attn.strategies import ProblemSpec, problem_specs
+from linattn_verify.linear_attn.tolerance import forward_bounds
 from linattn_verify.typing import LIFTED_MAPS
 
 B, T, H, K, V = 1, 9, 2, 3, 4

@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map
-from linattn_verify.oracles import api
-from linattn_verify.oracles.double_double import (
+from linattn_verify.linear_attn.feature_maps import apply_feature_map
+from linattn_verify.linear_attn.oracles import api
+from linattn_verify.linear_attn.oracles.double_double import (
     dd_cumsum,
     dd_div,
     dd_exp,
@@ -34,11 +34,11 @@ from linattn_verify.oracles.double_double import (
     two_prod,
     two_sum,
 )
-from linattn_verify.oracles.exact import exact_forward, exact_oracle
-from linattn_verify.oracles.mpmath_oracle import mpmath_forward, mpmath_oracle
-from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.tolerance import forward_bounds
+from linattn_verify.linear_attn.oracles.exact import exact_forward, exact_oracle
+from linattn_verify.linear_attn.oracles.mpmath_oracle import mpmath_forward, mpmath_oracle
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.semantics import Problem, validate_problem
+from linattn_verify.linear_attn.tolerance import forward_bounds
 
 DD_TARGET = 2.0**-90  # dd oracle vs mpmath, relative to M (docs/error-model.md §6.4 tier 2)
 MP50_TARGET = 2.0**-150  # dps 50 carries 166 bits
@@ -507,7 +507,7 @@ def test_zero_values_and_zero_denominators_give_exact_zeros(method: str) -> None
     ],
 )
 def test_float64_reference_is_within_its_bound_of_double_double(options: dict[str, Any]) -> None:
-    from linattn_verify.recipe import PrecisionRecipe
+    from linattn_verify.linear_attn.recipe import PrecisionRecipe
 
     problem = make_problem(9, **{"T": 128, "K": 16, "V": 16, **options})
     recipe = PrecisionRecipe(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.semantics import validate_problem
-from linattn_verify.tolerance import backward_bounds, forward_bounds, overflow_elements
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import validate_problem
+from linattn_verify.linear_attn.tolerance import backward_bounds, forward_bounds, overflow_elements
 
 FP16_SUMS = PrecisionRecipe(form="recurrent", accumulation="input")
 

@@ -11,7 +11,7 @@ import pytest
 from linattn_properties._support import judged
 
 from linattn_verify.checking import SLICES, CheckListener, SearchSettings, check_kernel
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.linear_attn.reach import (
     REACH_MAX_FEATURES,
     VECTOR_BOUND_ELEMENTS,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
 
 
 @pytest.mark.parametrize(

@@ -13,13 +13,13 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map, feature_map_derivative
-from linattn_verify.oracles.chunk import chunk_reference
-from linattn_verify.oracles.parallel import State, parallel_reference
-from linattn_verify.oracles.recurrent import recurrent_reference
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.tolerance import forward_bounds
+from linattn_verify.linear_attn.feature_maps import apply_feature_map, feature_map_derivative
+from linattn_verify.linear_attn.oracles.chunk import chunk_reference
+from linattn_verify.linear_attn.oracles.parallel import State, parallel_reference
+from linattn_verify.linear_attn.oracles.recurrent import recurrent_reference
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import Problem, validate_problem
+from linattn_verify.linear_attn.tolerance import forward_bounds
 
 F64 = torch.float64
 FEATURE_MAPS = ("identity", "elu1", "relu")

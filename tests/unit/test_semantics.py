@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.semantics import validate_problem
+from linattn_verify.linear_attn.semantics import validate_problem
 
 B, T, H, K, V = 2, 5, 3, 4, 6
 

@@ -15,12 +15,11 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.kernel import Capabilities, Kernel
-from linattn_verify.oracles.parallel import parallel_reference
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.registry import FULL
-from linattn_verify.semantics import OMITTABLE
-from linattn_verify.strategies import (
+from linattn_verify.linear_attn.kernel import Capabilities, Kernel
+from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import OMITTABLE
+from linattn_verify.linear_attn.strategies import (
     DTYPES,
     LAYOUTS,
     ProblemSpec,
@@ -37,6 +36,7 @@ from linattn_verify.strategies import (
     seq_packings,
     value_families,
 )
+from linattn_verify.registry import FULL
 
 
 def _find(strategy: st.SearchStrategy[Any], condition: Any) -> Any:

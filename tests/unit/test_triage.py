@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from linattn_verify.linear_attn.strategies import EXTREME_FAMILIES
 from linattn_verify.results import Comparison, Worst
-from linattn_verify.strategies import EXTREME_FAMILIES
 from linattn_verify.triage import (
     EXTREME_HIGH_FACTOR,
     EXTREME_LOW,

@@ -23,24 +23,24 @@ from hypothesis.errors import NoSuchExample
 
 from linattn_verify import oracle
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.feature_maps import apply_feature_map
-from linattn_verify.kernel import Capabilities, Kernel
-from linattn_verify.oracles.chunk import chunk_reference
-from linattn_verify.oracles.double_double import double_double_oracle
-from linattn_verify.oracles.mpmath_oracle import mpmath_oracle
-from linattn_verify.oracles.parallel import State, parallel_reference
-from linattn_verify.oracles.recurrent import recurrent_reference
-from linattn_verify.recipe import PrecisionRecipe
-from linattn_verify.registry import reference_kernels
-from linattn_verify.semantics import Problem, validate_problem
-from linattn_verify.strategies import (
+from linattn_verify.linear_attn.feature_maps import apply_feature_map
+from linattn_verify.linear_attn.kernel import Capabilities, Kernel
+from linattn_verify.linear_attn.oracles.chunk import chunk_reference
+from linattn_verify.linear_attn.oracles.double_double import double_double_oracle
+from linattn_verify.linear_attn.oracles.mpmath_oracle import mpmath_oracle
+from linattn_verify.linear_attn.oracles.parallel import State, parallel_reference
+from linattn_verify.linear_attn.oracles.recurrent import recurrent_reference
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import Problem, validate_problem
+from linattn_verify.linear_attn.strategies import (
     DECAY_FAMILIES,
     VECTOR_DECAY_FAMILIES,
     ProblemSpec,
     kernel_specs,
 )
-from linattn_verify.strategies._tensors import LOGSIGMOID_NORMALIZERS, decay_values
-from linattn_verify.tolerance import backward_bounds, forward_bounds
+from linattn_verify.linear_attn.strategies._tensors import LOGSIGMOID_NORMALIZERS, decay_values
+from linattn_verify.linear_attn.tolerance import backward_bounds, forward_bounds
+from linattn_verify.registry import reference_kernels
 from linattn_verify.typing import Gate
 
 F64 = torch.float64

@@ -8,7 +8,7 @@ line. Every broken kernel of `bugs.py` and those of `vector_bugs.py` in `VECTOR_
 exported under their zoo names, every twin as ``twin_<name>``.
 
 Loaded by file path (by the CLI and by `test_zoo_cli.py`), so the zoo's kernels are loaded the
-same way (`linattn_verify.targets.import_file`) rather than imported.
+same way (`linattn_verify.core.loading.import_file`) rather than imported.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from linattn_verify.targets import import_file
+from linattn_verify.core.loading import import_file
 
 VECTOR_TARGETS = ("zoo/vector_tail_gate_dropped", "zoo/vector_gate_head_first")
 """The vector-gate kernels checked through the command line (``--decay=vector``): two, with their

@@ -8,7 +8,7 @@ not only beyond them) and ``zoo_twin`` (each twin once, with its extra propertie
 ``zoo_log`` and ``zoo_cli_log``, printed at the end of the run.
 
 Under ``--import-mode=importlib`` a conftest cannot import a sibling module, so `bugs.py` and
-`vector_bugs.py` are loaded by path (`linattn_verify.targets.import_file`), as `cli_targets.py`
+`vector_bugs.py` are loaded by path (`linattn_verify.core.loading.import_file`), as `cli_targets.py`
 loads them.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from linattn_verify.targets import import_file
+from linattn_verify.core.loading import import_file
 
 bugs = import_file(Path(__file__).with_name("bugs.py"), "_linattn_zoo_bugs")
 vector_bugs = import_file(Path(__file__).with_name("vector_bugs.py"), "_linattn_zoo_vector_bugs")

@@ -20,7 +20,7 @@ state's row) is shared by all three and carries the bugs of the conventions and 
 `DELTA_ZOO` lists each broken kernel (``zoo/delta_<bug>``) with its bug class (the classes of
 the delta-rule issue: precision, decay, WY system, beta, state, causality, gradients,
 conventions) and what it does; `DELTA_TWINS` the correct twins; `DELTA_TWIN_OF` the twin of each
-broken kernel by name. Load it by path (`linattn_verify.targets.import_file`), as `bugs.py`.
+broken kernel by name. Load it by path (`linattn_verify.core.loading.import_file`), as `bugs.py`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from linattn_verify.core.loading import import_file
 from linattn_verify.core.memory import contiguous_cotangent
 from linattn_verify.delta.kernel import DeltaKernel
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
@@ -47,7 +48,6 @@ from linattn_verify.delta.reference_kernels import (
     float32_problem,
 )
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.targets import import_file
 
 RECURRENT_REFERENCE, CHUNK_REFERENCE = delta_reference_kernels()
 _MEMORY = import_file(Path(__file__).with_name("memory_bugs.py"), "_linattn_zoo_memory_bugs")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from linattn_verify.targets import import_file
+from linattn_verify.core.loading import import_file
 
 _zoo = import_file(Path(__file__).with_name("delta_bugs.py"), "_linattn_delta_zoo_for_cli")
 

@@ -8,7 +8,7 @@ j <= t, o = A V + s' φ(q')^T S_0, and for normalized outputs the row sums Z the
 and S_0 -> z_0, plus eps) with one bug; the correct twin is the same function without it. The
 twins take no decay (``decay=False``).
 
-Loaded by path (`linattn_verify.targets.import_file`) by `test_lifted_zoo.py`, after `bugs.py`,
+Loaded by path (`linattn_verify.core.loading.import_file`) by `test_lifted_zoo.py`, after `bugs.py`,
 whose helpers (`per_sequence`, `_entry`, `ZooEntry`) it reuses.
 """
 
@@ -23,12 +23,12 @@ from typing import Any
 
 import torch
 
-from linattn_verify.kernel import Capabilities, Kernel
-from linattn_verify.oracles._sequence import divide_rows
-from linattn_verify.reference_kernels import RECIPES, convention_kernel
+from linattn_verify.core.loading import import_file
+from linattn_verify.linear_attn.kernel import Capabilities, Kernel
+from linattn_verify.linear_attn.oracles._sequence import divide_rows
+from linattn_verify.linear_attn.reference_kernels import RECIPES, convention_kernel
+from linattn_verify.linear_attn.semantics import Problem
 from linattn_verify.registry import FULL
-from linattn_verify.semantics import Problem
-from linattn_verify.targets import import_file
 
 bugs = import_file(Path(__file__).with_name("bugs.py"), "_linattn_zoo_bugs_for_lifted")
 

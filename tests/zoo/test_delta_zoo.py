@@ -24,10 +24,10 @@ import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from linattn_properties.delta import delta_catalogue
 
+from linattn_verify.core.loading import import_file
 from linattn_verify.delta.kernel import DeltaKernel
 from linattn_verify.delta.strategies import DeltaCase, delta_cases_for
 from linattn_verify.results import PropertyResult
-from linattn_verify.targets import import_file
 
 delta_bugs = import_file(Path(__file__).with_name("delta_bugs.py"), "_linattn_zoo_delta_bugs")
 DELTA_ZOO: list[tuple[DeltaKernel, str, str]] = delta_bugs.DELTA_ZOO

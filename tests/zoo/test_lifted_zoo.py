@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from linattn_properties import catalogue
 
+from linattn_verify.core.loading import import_file
 from linattn_verify.errors import PropertyViolation
-from linattn_verify.kernel import Kernel
-from linattn_verify.strategies import ProblemSpec
-from linattn_verify.targets import import_file
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.strategies import ProblemSpec
 
 lifted_bugs = import_file(Path(__file__).with_name("lifted_bugs.py"), "_linattn_zoo_lifted_bugs")
 test_zoo = import_file(Path(__file__).with_name("test_zoo.py"), "_linattn_zoo_search")

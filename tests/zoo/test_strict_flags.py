@@ -20,10 +20,10 @@ from linattn_properties._testing import example_spec
 from linattn_properties.causality import causal_outputs_exact
 from linattn_properties.contract import contract_holds
 
-from linattn_verify.kernel import Kernel
-from linattn_verify.reference_kernels import RECIPES, convention_kernel, evaluate_form
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.reference_kernels import RECIPES, convention_kernel, evaluate_form
+from linattn_verify.linear_attn.semantics import Problem
 from linattn_verify.registry import FULL
-from linattn_verify.semantics import Problem
 
 F32 = torch.float32
 REFERENCE = convention_kernel(lambda p: _rounded(p, *evaluate_form("chunk", p.to(F32))))

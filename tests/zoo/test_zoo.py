@@ -26,9 +26,9 @@ from linattn_properties import catalogue
 from linattn_properties.compilation import compiled_matches_eager
 
 from linattn_verify.errors import PropertyViolation
-from linattn_verify.kernel import Kernel
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs
 from linattn_verify.results import PropertyResult
-from linattn_verify.strategies import ProblemSpec, kernel_specs
 
 MAX_SEQ_LEN = 24
 """Longest T: three reference chunks (C = 8) and room for |G| > 88 inside one of them."""

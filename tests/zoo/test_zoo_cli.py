@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from linattn_verify.cli import EXIT_FAILED, EXIT_OK, main
-from linattn_verify.targets import import_file
+from linattn_verify.core.loading import import_file
 
 TARGETS = Path(__file__).with_name("cli_targets.py")
 TWIN_BUDGET = 3.0  # the first round runs whatever the budget (every property tried once);

@@ -22,13 +22,17 @@ from typing import Any
 
 import torch
 
-from linattn_verify.feature_maps import apply_feature_map
-from linattn_verify.kernel import Kernel
-from linattn_verify.oracles._sequence import divide_rows
-from linattn_verify.reference_kernels import RECIPES, REFERENCE_CHUNK_SIZE, convention_kernel
+from linattn_verify.core.loading import import_file
+from linattn_verify.linear_attn.feature_maps import apply_feature_map
+from linattn_verify.linear_attn.kernel import Kernel
+from linattn_verify.linear_attn.oracles._sequence import divide_rows
+from linattn_verify.linear_attn.reference_kernels import (
+    RECIPES,
+    REFERENCE_CHUNK_SIZE,
+    convention_kernel,
+)
+from linattn_verify.linear_attn.semantics import Problem
 from linattn_verify.registry import FULL
-from linattn_verify.semantics import Problem
-from linattn_verify.targets import import_file
 
 bugs = import_file(Path(__file__).with_name("bugs.py"), "_linattn_zoo_bugs_for_vector")
 

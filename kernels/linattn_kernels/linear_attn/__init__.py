@@ -5,7 +5,7 @@ Each takes a scalar gate g ``[B, T, H]`` or a vector gate g ``[B, T, H, K]``; bo
 kernels, specialised at compile time by their constexpr ``GATE`` (README, "Vector gates").
 
 Each form's ``precision_recipe(dtype)`` returns the keyword arguments of
-``linattn_verify.recipe.PrecisionRecipe`` describing how it rounds in the current mode
+``linattn_verify.linear_attn.recipe.PrecisionRecipe`` describing how it rounds in the current mode
 (interpreter or CUDA); `precision_recipes` maps form names to those functions.
 """
 

@@ -297,9 +297,9 @@ def chunked_linear_attention(
 def precision_recipe(dtype: torch.dtype, *, chunk_size: int = 64) -> dict[str, object]:
     """Describe how the kernels round for inputs of ``dtype`` in the current mode.
 
-    The result is the keyword arguments of ``linattn_verify.recipe.PrecisionRecipe``. Compiled
-    on CUDA, dots accumulate on tensor cores (``mma``), fp32 operands go in as tf32 and fp32
-    division is ``div.full``. Compiled with bf16 inputs every dot operand is bf16, which rounds
+    The result is the keyword arguments of ``linattn_verify.linear_attn.recipe.PrecisionRecipe``.
+    Compiled on CUDA, dots accumulate on tensor cores (``mma``), fp32 operands go in as tf32 and
+    fp32 division is ``div.full``. Compiled with bf16 inputs every dot operand is bf16, which rounds
     φ(q), φ(k), decayed keys, the stored state, P and dS: at most three such roundings meet any
     one product term, forward or backward. Under the interpreter dots and division are IEEE
     fp32 and no intermediate is rounded.

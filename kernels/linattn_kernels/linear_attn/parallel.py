@@ -323,7 +323,8 @@ def parallel_linear_attention(
 
 
 def precision_recipe(dtype: torch.dtype) -> dict[str, object]:
-    """Return the `linattn_verify.recipe.PrecisionRecipe` keyword arguments for this kernel.
+    """Return the `linattn_verify.linear_attn.recipe.PrecisionRecipe` keyword arguments for this
+    kernel.
 
     The recipe describes the current mode: under the interpreter every tl.dot is exact-product
     fp32 with round-to-nearest division; on CUDA fp32 operands go through tf32, accumulation is

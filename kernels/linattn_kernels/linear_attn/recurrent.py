@@ -482,7 +482,8 @@ def recurrent_linear_attention(
 
 
 def precision_recipe(dtype: torch.dtype) -> dict[str, object]:
-    """Describe how this kernel rounds, as `linattn_verify.recipe.PrecisionRecipe` keywords.
+    """Describe how this kernel rounds, as `linattn_verify.linear_attn.recipe.PrecisionRecipe`
+    keywords.
 
     Everything stays fp32 after the loads (no intermediate casts, no ``tl.dot``); the decay is a
     product of per-step factors exp(g_t) (per key dimension for a vector gate, which rounds the

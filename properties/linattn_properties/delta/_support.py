@@ -23,12 +23,12 @@ from linattn_properties._support import (
     with_returned_state_rounding,
 )
 from linattn_verify.compare import bitwise_mismatch, compare
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.memory import Layout, same_layout, vector_jacobian
 from linattn_verify.delta.bounds import forward_bounds
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.results import Comparison, PropertyResult, judged_status
-from linattn_verify.tolerance import TensorBound
 
 ILL_CONDITIONED_RATIO = 1.0
 """A held comparison whose largest bound reaches this share of the tensor's largest value

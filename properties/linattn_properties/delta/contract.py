@@ -24,13 +24,13 @@ from linattn_properties.delta._support import (
     run,
     verdict,
 )
+from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.memory import Layout, expand_dim, nan_poisoned_allocations
 from linattn_verify.delta.gradient_bounds import backward_bounds
 from linattn_verify.delta.kernel import DeltaKernel
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.delta.strategies import random_delta_cotangents
 from linattn_verify.results import PropertyResult
-from linattn_verify.tolerance import TensorBound
 
 HEAD_DIMS = {"q": 2, "k": 2, "v": 2, "beta": 2, "g": 2, "initial_state": 1}
 """Where each input of a delta problem has its head dim."""

@@ -58,11 +58,11 @@ import torch
 from linattn_properties._support import property_function
 from linattn_properties.delta._support import run, verdict
 from linattn_verify.compare import compare_bitwise
+from linattn_verify.core.rounding import UNIT_ROUNDOFF
+from linattn_verify.core.sizes import dyadic_scale_exponent
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem, validate_delta
 from linattn_verify.delta.reference import delta_chunked, delta_recurrent
-from linattn_verify.kernel import dyadic_scale_exponent
-from linattn_verify.recipe import UNIT_ROUNDOFF
 from linattn_verify.results import PropertyResult
 from linattn_verify.typing import dtype_name, torch_dtype
 

@@ -1,2 +1,0 @@
-# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""The term-counting machinery behind `linattn_verify.tolerance` (see its docstring)."""

@@ -1,0 +1,154 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The chunked form of the reference, in the precision of its inputs.
+
+The algorithm a chunked kernel runs, written with torch so that float64 inputs make it an
+oracle (docs/error-model.md §6.4) and float32 inputs make it a faithful fp32 chunked computation. It
+is differentiable in q, k, v, g and the initial state and runs wherever torch does.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from linattn_verify.errors import InvalidArgument
+from linattn_verify.linear_attn.oracles._sequence import (
+    SequenceResult,
+    State,
+    assemble,
+    divide_rows,
+    require_problem,
+    sequence_inputs,
+)
+from linattn_verify.linear_attn.semantics import Problem
+
+
+def chunk_reference(problem: Problem, chunk_size: int = 64) -> tuple[torch.Tensor, State]:
+    """Evaluate the problem in the chunked form, in the dtype of ``problem.q``.
+
+    Per sequence, split into chunks of C tokens (the last one may be shorter), with Gl the
+    chunk-local cumulative sum of g and S, z the state entering the chunk:
+
+        intra:  P_ij = s (φ(q_i)·φ(k_j)) exp(Gl_i - Gl_j), masked to j <= i *before* the exp
+        N_i = Σ_j P_ij v_j + s exp(Gl_i) φ(q_i)^T S
+        Z_i = Σ_j P_ij + s exp(Gl_i) φ(q_i)^T z + eps
+        S <- exp(Gl_end) S + Σ_j exp(Gl_end - Gl_j) φ(k_j) v_j^T   (z likewise with φ(k_j))
+
+    With a vector gate (g ``[B, T, H, K]``) the same per key dimension m, Gl the chunk-local
+    cumulative sum per dimension:
+
+        intra:  P_ij = s Σ_m φ(q_i)_m φ(k_j)_m exp(Gl_im - Gl_jm), masked to j <= i before the exp
+        N_i = Σ_j P_ij v_j + s (exp(Gl_i) ⊙ φ(q_i))^T S     (Z_i likewise with z)
+        S <- diag(exp(Gl_end)) S + Σ_j (exp(Gl_end - Gl_j) ⊙ φ(k_j)) v_j^T
+
+    Every decay factor is an exp of a difference <= 0, never exp(G_i) / exp(G_j), so nothing
+    overflows however steep the gate (intra-chunk memory is O(H C² K)).
+
+    A normalized row whose Z is exactly zero returns 0 (`linattn_verify.linear_attn.semantics`).
+
+    Args:
+        problem: A validated problem (see `linattn_verify.linear_attn.semantics.validate_problem`).
+        chunk_size: Tokens per chunk, C >= 1. Default: `64`.
+
+    Returns:
+        ``(o, final_state)``: o ``[B, T, H, V]``; final_state `None`, S_T ``[N, H, K, V]``, or
+        ``(S_T, z_T)`` with z_T ``[N, H, K]`` for normalized problems.
+
+    Raises:
+        InvalidArgument: if ``problem`` is not a `Problem` or ``chunk_size`` is not an int >= 1.
+    """
+    require_problem(problem)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise InvalidArgument(
+            f"Expected chunk_size to be an int but got chunk_size={chunk_size!r} "
+            f"(type={type(chunk_size).__name__})."
+        )
+    if chunk_size < 1:
+        raise InvalidArgument(f"Got chunk_size={chunk_size}, but chunk_size must be >= 1.")
+    return assemble(problem, functools.partial(_sequence, problem, chunk_size))
+
+
+def _sequence(problem: Problem, C: int, n: int, b: int, start: int, end: int) -> SequenceResult:
+    """Return o ``[L, H, V]``, S_T ``[H, K, V]`` and z_T ``[H, K]`` for one sequence."""
+    s = problem.outer_scale
+    seq = sequence_inputs(problem, n, b, start, end, heads_first=True)
+    # q, k [H, L, K], v [H, L, V], g [H, L] (or [H, L, K], a vector gate)
+    q, k, v, g = seq.q, seq.k, seq.v, seq.g
+    H, L, V = seq.H, seq.L, seq.V
+    S, z = seq.S0, seq.z0
+    outputs = []
+    for c0 in range(0, L, C):
+        c1 = min(c0 + C, L)
+        qc, kc, vc = q[:, c0:c1], k[:, c0:c1], v[:, c0:c1]
+        A = s * (qc @ kc.transpose(-1, -2))  # [H, n, n]
+        mask = torch.ones(c1 - c0, c1 - c0, dtype=torch.bool, device=q.device).tril()
+        if g is not None and g.ndim == 3:
+            N, Zc, S, z = _vector_chunk(s, qc, kc, vc, g[:, c0:c1], mask, S, z)
+        elif g is None:
+            P = A.masked_fill(~mask, 0)
+            N = P @ vc + s * (qc @ S)
+            Zc = P.sum(-1) + s * (qc @ z[..., None])[..., 0]
+            S = S + kc.transpose(-1, -2) @ vc
+            z = z + kc.sum(dim=1)
+        else:
+            Gl = torch.cumsum(g[:, c0:c1], dim=-1)  # [H, n]
+            # Masking before the exp keeps exp(Gl_i - Gl_j) for j > i (which can overflow once
+            # |Gl| > 709) out of the computation, so no inf * 0 reaches values or gradients.
+            diff = (Gl[:, :, None] - Gl[:, None, :]).masked_fill(~mask, float("-inf"))
+            P = A * torch.exp(diff)
+            w_in = torch.exp(Gl)  # [H, n]: decay from the chunk start to token i
+            N = P @ vc + s * w_in[..., None] * (qc @ S)
+            Zc = P.sum(-1) + s * w_in * (qc @ z[..., None])[..., 0]
+            Gl_end = Gl[:, -1:]
+            # exp(Gl_end - Gl_j) is the decay from token j to the chunk end, evaluated directly
+            # rather than as exp(Gl_end) / exp(Gl_j), which under- or overflows for steep g.
+            kw = kc * torch.exp(Gl_end - Gl)[..., None]  # [H, n, K]
+            total = torch.exp(Gl_end)  # [H, 1]
+            S = total[..., None] * S + kw.transpose(-1, -2) @ vc
+            z = total * z + kw.sum(dim=1)
+        outputs.append(divide_rows(N, Zc + problem.eps) if problem.normalize else N)
+    o = torch.cat(outputs, dim=1) if outputs else q.new_zeros(H, 0, V)
+    return o.transpose(0, 1), S, z
+
+
+def _vector_chunk(
+    s: float,
+    qc: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    gc: torch.Tensor,
+    mask: torch.Tensor,
+    S: torch.Tensor,
+    z: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return N, Z (without eps) and the outgoing S, z of one chunk under a vector gate.
+
+    Args:
+        s: The scale.
+        qc: φ(q) of the chunk ``[H, n, K]``.
+        kc: φ(k) of the chunk ``[H, n, K]``.
+        vc: Values of the chunk ``[H, n, V]``.
+        gc: Log decay of the chunk ``[H, n, K]``.
+        mask: The causal mask ``[n, n]``.
+        S: State entering the chunk ``[H, K, V]``.
+        z: Key sum entering the chunk ``[H, K]``.
+    """
+    Gl = torch.cumsum(gc, dim=1)  # [H, n, K], chunk-local per key dimension
+    # Masked before the exp, as in the scalar case: Gl_im - Gl_jm > 0 for j > i may overflow.
+    diff = (Gl[:, :, None, :] - Gl[:, None, :, :]).masked_fill(~mask[..., None], float("-inf"))
+    P = s * (qc[:, :, None, :] * kc[:, None, :, :] * torch.exp(diff)).sum(-1)  # [H, n, n]
+    # exp(Gl_i) <= 1: the decay from the chunk start to token i, per dimension, on φ(q_i).
+    q_in = qc * torch.exp(Gl)
+    N = P @ vc + s * (q_in @ S)
+    Zc = P.sum(-1) + s * (q_in @ z[..., None])[..., 0]
+    Gl_end = Gl[:, -1:]  # [H, 1, K]
+    # exp(Gl_end - Gl_j) <= 1 directly, never exp(Gl_end) / exp(Gl_j).
+    kw = kc * torch.exp(Gl_end - Gl)  # [H, n, K]
+    total = torch.exp(Gl_end[:, 0])  # [H, K]
+    S = total[..., None] * S + kw.transpose(-1, -2) @ vc
+    z = total * z + kw.sum(dim=1)
+    return N, Zc, S, z
+
+
+__all__ = ["chunk_reference"]
