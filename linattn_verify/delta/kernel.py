@@ -15,12 +15,13 @@ signature cannot say a kernel declares in `DeltaCapabilities`; how it rounds, in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_args
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, get_args
 
 import torch
 
+from linattn_verify.core.kernel import KernelBase
 from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.core.sizes import FIXED_SCALES, fixed_scales
 from linattn_verify.delta.problem import DeltaProblem
@@ -269,45 +270,18 @@ Recipe = DeltaRecipe | Callable[[torch.dtype], DeltaRecipe]
 
 
 @dataclass(frozen=True)
-class DeltaKernel:
-    """A delta-rule kernel under test.
+class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
+    """A delta-rule kernel under test, in the family's calling convention (module docstring).
 
-    Attributes:
-        name: Unique name, ``"<library>/<kernel>"`` (e.g. ``"fla/gated_delta_rule.chunk"``).
-        fn: The callable, in the family's calling convention (module docstring).
-        capabilities: What it supports.
-        recipe: Its precision recipe, fixed or as a function of the input dtype.
-        options: Extra keywords passed on every call (e.g. ``{"chunk_size": 32}``).
-        source: How to load it again where it is not registered (as
-        `linattn_verify.linear_attn.kernel.
-            Kernel.source`). Default: `None`.
+    Its fields are `KernelBase`'s: name, fn, capabilities, recipe, options, source.
     """
 
-    name: str
-    fn: Callable[..., Any]
-    capabilities: DeltaCapabilities
-    recipe: Recipe
-    options: Mapping[str, Any] = field(default_factory=dict)
-    source: Mapping[str, Any] | None = None
-
-    family = "delta"
+    family: ClassVar[str] = "delta"
 
     @property
     def form(self) -> DeltaForm:
         """The algorithm of its recipe (for fp32 inputs: what reports name it by)."""
         return self.precision_recipe(torch.float32).form
-
-    def precision_recipe(self, dtype: torch.dtype) -> DeltaRecipe:
-        """Return the recipe for inputs of ``dtype`` (a ``chunk_size=`` option overrides C)."""
-        recipe = self.recipe if isinstance(self.recipe, DeltaRecipe) else self.recipe(dtype)
-        chunk_size = self.options.get("chunk_size")
-        if isinstance(chunk_size, int) and not isinstance(chunk_size, bool):
-            recipe = replace(recipe, chunk_size=chunk_size)
-        return recipe
-
-    def with_options(self, name: str, **options: Any) -> DeltaKernel:
-        """Return this kernel with extra call keywords, under a new name."""
-        return replace(self, name=name, options={**self.options, **options})
 
     def supports(self, problem: DeltaProblem) -> str | None:
         """Return why ``problem`` is outside this kernel's capabilities, or `None`."""

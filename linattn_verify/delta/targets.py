@@ -3,95 +3,48 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from linattn_verify.core.loading import load_kernel_function, with_timeout
+from linattn_verify.core.loading import load_kernel_function
+from linattn_verify.core.source import TargetSource, tuples_in
 from linattn_verify.delta.kernel import DeltaCapabilities, DeltaKernel, DeltaRecipe
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.signature import check_call, declared_capabilities, fit_flags, fit_keyword
 
 
 @dataclass(frozen=True)
-class DeltaKernelSource:
+class DeltaKernelSource(TargetSource[DeltaKernel]):
     """A delta-rule kernel named by ``module:function`` (or ``file.py:function``) and declared.
 
-    Attributes:
-        target: Where the function is (a relative file path is made absolute by `resolved`).
-        capabilities: What the user declared it supports.
-        recipe: How the user declared it rounds.
-        timeout: Seconds one call may take (0: no limit).
-        inferred: What was read off its signature rather than declared. Default: `()`.
+    Its fields are `TargetSource`'s: target, capabilities, recipe, timeout, inferred.
     """
 
-    target: str
     capabilities: DeltaCapabilities
     recipe: DeltaRecipe
-    timeout: float = 60.0
-    inferred: tuple[str, ...] = ()
 
-    family = "delta"
+    family: ClassVar[str] = "delta"
 
-    def resolved(self) -> DeltaKernelSource:
-        """This source with a file target's path made absolute (valid from any cwd)."""
-        where, sep, name = self.target.rpartition(":")
-        if not where.endswith(".py"):
-            return self
-        return replace(self, target=f"{Path(where).resolve()}{sep}{name}")
-
-    def load(self) -> DeltaKernel:
-        """Import the target (`load_kernel_function`) as a `DeltaKernel`.
-
-        Raises:
-            InvalidArgument: if the target cannot be loaded.
-        """
-        kernel = DeltaKernel(
+    def kernel(self, fn: Callable[..., Any]) -> DeltaKernel:
+        """The declared `DeltaKernel` of ``fn``."""
+        return DeltaKernel(
             name=self.target,
-            fn=load_kernel_function(self.target),
+            fn=fn,
             capabilities=self.capabilities,
             recipe=self.recipe,
             source=self.resolved().to_json(),
         )
-        return with_timeout(kernel, self.timeout)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (inverse: `from_json`)."""
-        return {
-            "family": self.family,
-            "target": self.target,
-            "capabilities": asdict(self.capabilities),
-            "recipe": asdict(self.recipe),
-            "timeout": self.timeout,
-            "inferred": list(self.inferred),
-        }
 
     @classmethod
-    def from_json(cls, document: Any) -> DeltaKernelSource:
-        """Rebuild a source from `to_json`'s dict.
-
-        Raises:
-            InvalidArgument: if ``document`` is not such a dict.
-        """
-        try:
-            caps = dict(document["capabilities"])
-            for name in (f.name for f in fields(DeltaCapabilities)):
-                if isinstance(caps.get(name), list):
-                    caps[name] = tuple(caps[name])
-            return cls(
-                target=str(document["target"]),
-                capabilities=DeltaCapabilities(**caps),
-                recipe=DeltaRecipe(**dict(document["recipe"])),
-                timeout=float(document.get("timeout", 60.0)),
-                inferred=tuple(str(x) for x in document.get("inferred", ())),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, InvalidArgument):
-                raise
-            raise InvalidArgument(
-                f"Expected a delta kernel source (target, capabilities, recipe) but got "
-                f"{document!r}: {exc!r}."
-            ) from None
+    def declaration_from_json(cls, document: Mapping[str, Any]) -> dict[str, Any]:
+        """Capabilities and recipe."""
+        return {
+            "capabilities": DeltaCapabilities(
+                **tuples_in(document["capabilities"], DeltaCapabilities)
+            ),
+            "recipe": DeltaRecipe(**dict(document["recipe"])),
+        }
 
 
 def delta_source_from_args(args: Any, *, on_cuda: bool) -> DeltaKernelSource:

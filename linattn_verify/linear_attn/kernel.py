@@ -20,13 +20,14 @@ styles, and with them the kernel's defaults.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, get_args
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, get_args
 
 import torch
 
 from linattn_verify.core.bound import ZERO_DENOMINATORS, ZeroDenominator
+from linattn_verify.core.kernel import KernelBase
 from linattn_verify.core.sizes import FIXED_SCALES, fixed_scales
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.recipe import PrecisionRecipe
@@ -187,34 +188,22 @@ Recipe = PrecisionRecipe | Callable[[torch.dtype], PrecisionRecipe]
 
 
 @dataclass(frozen=True)
-class Kernel:
-    """A kernel under test.
+class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
+    """A linear-attention kernel under test.
+
+    Besides `KernelBase`'s fields (name, fn, capabilities, recipe, options, source):
 
     Attributes:
-        name: Unique name, ``"<library>/<kernel>"`` (e.g. ``"triton/chunk"``).
-        fn: The callable, in the calling convention above.
-        capabilities: What it supports.
-        recipe: Its precision recipe, fixed or as a function of the input dtype.
         form: The algorithm, if known (selects rounding counts). Default: `None`.
-        options: Extra keywords passed on every call (e.g. ``{"chunk_size": 32}``).
         implied_decay: For kernels whose decay is fixed inside them (RetNet's per-head γ), the
             log decay they apply, as a function of the problem (``[B, T, H]``); the kernel is
             then called without ``g`` and the oracle uses this g. Default: `None`.
-        source: How to load it again where it is not registered (a
-            `linattn_verify.linear_attn.targets.KernelSource` as JSON): saved with its failures so
-            that ``linattn-verify replay`` can rebuild a kernel given to ``check``. Default: `None`.
     """
 
-    name: str
-    fn: Callable[..., Any]
-    capabilities: Capabilities
-    recipe: Recipe
     form: Form | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
     implied_decay: Callable[[Problem], torch.Tensor] | None = None
-    source: Mapping[str, Any] | None = None
 
-    family = "linear_attn"
+    family: ClassVar[str] = "linear_attn"
 
     def prepare(self, problem: Problem) -> Problem:
         """Return ``problem`` as this kernel computes it (with its implied decay, if any).
@@ -226,22 +215,6 @@ class Kernel:
             return problem
         g = self.implied_decay(problem)
         return replace(problem, g=g.to(device=problem.q.device))
-
-    def precision_recipe(self, dtype: torch.dtype) -> PrecisionRecipe:
-        """Return the recipe for inputs of ``dtype``.
-
-        A ``chunk_size=`` call option (`with_options`) overrides the declared recipe's chunk
-        size: the rounding counts of the chunked form depend on the C the kernel runs with.
-        """
-        recipe = self.recipe if isinstance(self.recipe, PrecisionRecipe) else self.recipe(dtype)
-        chunk_size = self.options.get("chunk_size")
-        if isinstance(chunk_size, int) and not isinstance(chunk_size, bool):
-            recipe = replace(recipe, chunk_size=chunk_size)
-        return recipe
-
-    def with_options(self, name: str, **options: Any) -> Kernel:
-        """Return this kernel with extra call keywords, under a new name."""
-        return replace(self, name=name, options={**self.options, **options})
 
     def supports(self, problem: Problem) -> str | None:
         """Return why ``problem`` is outside this kernel's capabilities, or `None`."""
