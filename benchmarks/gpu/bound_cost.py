@@ -2,6 +2,7 @@
 """Time the float64 oracles and error bounds of one case per family on each available device.
 
     python benchmarks/gpu/bound_cost.py OUT.json [--T 1024 4096] [--seconds 120]
+        [--families linear_attn delta] [--devices cuda cpu]
 
 The configuration is issue #27's measurement (H = 2, K = V = 64, fp32 inputs, chunk recipe,
 forward bounds then gradient bounds). Each (family, gate, T, device) cell is timed once, after
@@ -96,17 +97,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="where to write the JSON results")
     parser.add_argument("--T", type=int, nargs="+", default=[1024, 4096])
     parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--families", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument(
+        "--devices",
+        nargs="+",
+        choices=("cuda", "cpu"),
+        default=["cuda", "cpu"],
+        help="where to time (cuda only where it is available)",
+    )
     args = parser.parse_args(argv)
-    devices = (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]
+    devices = [d for d in args.devices if d == "cpu" or torch.cuda.is_available()]
     torch.set_num_threads(1)
     began = time.monotonic()
     cells: list[dict[str, Any]] = []
-    for family, (case, gates) in CASES.items():
+    for family in args.families:
+        case, gates = CASES[family]
         for gate in gates:
             for device in devices:
-                measure(
-                    functools.partial(case, 64, gate, device), device
-                )  # warm-up: imports, CUDA init
+                # Warm-up: imports, CUDA initialisation.
+                measure(functools.partial(case, 64, gate, device), device)
                 previous = 0.0
                 for T in args.T:
                     # A larger T after a slow cell would take the rest of the lease (the

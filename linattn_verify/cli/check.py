@@ -8,11 +8,14 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from linattn_verify.cli._args import DEFAULT_FAMILY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from linattn_verify.core.arguments import csv_of, nonnegative_float, positive
 from linattn_verify.core.family import families
+
+if TYPE_CHECKING:
+    import torch
 from linattn_verify.typing import (
     FINAL_STATE_DTYPES,
     FORMS,
@@ -192,12 +195,73 @@ def add_parser(sub: Any, family: str) -> None:
         "--fail-fast", action="store_true", help="stop at the first property that fails"
     )
     run.add_argument(
+        "--device",
+        default="auto",
+        help="where the kernel computes and its oracles and bounds run (float64): 'cpu', "
+        "'cuda', 'cuda:N', or 'auto': cuda where torch sees a CUDA device, else cpu. The cases "
+        "are drawn on the CPU and moved. Default: %(default)r",
+    )
+    run.add_argument(
         "--isolation",
         choices=("auto", "process", "none"),
         default="auto",
         help="'process': check in a child process the kernel may crash (restarted after a "
         "crash or hang); 'auto': a process on CUDA, none on a CPU. Default: %(default)r",
     )
+
+
+def _device(name: str) -> torch.device:
+    """``--device``, resolved; a device torch cannot use is a usage error.
+
+    Raises:
+        InvalidArgument: for a name that is no device, or a CUDA device torch does not see.
+    """
+    import torch
+
+    from linattn_verify.errors import InvalidArgument
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise InvalidArgument(
+            f"Got --device {name!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N'."
+        ) from None
+    if device.type not in ("cpu", "cuda"):
+        raise InvalidArgument(f"Got --device {name!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N'.")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise InvalidArgument(
+                f"Got --device {name!r}, but torch sees {count} CUDA device"
+                f"{'s' if count != 1 else ''} here."
+            )
+    return device
+
+
+def _placed(source: Any, device: torch.device) -> Any:
+    """``source`` computing on ``device``, its oracles and bounds judged there too.
+
+    Raises:
+        InvalidArgument: for a family whose kernel source cannot be placed (not a
+            `TargetSource`).
+    """
+    import os
+    from dataclasses import replace
+
+    from linattn_verify.core.judging import ENVIRONMENT
+    from linattn_verify.core.source import TargetSource
+    from linattn_verify.errors import InvalidArgument
+
+    if not isinstance(source, TargetSource):
+        raise InvalidArgument(
+            f"Got --device {device}, but the {type(source).__name__} of this family cannot "
+            "place its kernel on a device; use --device cpu."
+        )
+    # The environment reaches the isolated child processes too; a user's own choice stays.
+    os.environ.setdefault(ENVIRONMENT, str(device))
+    return replace(source, device=str(device))
 
 
 def command(args: argparse.Namespace) -> int:
@@ -221,12 +285,13 @@ def command(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     try:
-        import torch
-
+        device = _device(args.device)
         family = family_named(args.family)
-        source = family.source_from_args(args, on_cuda=torch.cuda.is_available())
+        source = family.source_from_args(args, on_cuda=device.type == "cuda")
+        if device.type != "cpu":
+            source = _placed(source, device)
         isolate = args.isolation == "process" or (
-            args.isolation == "auto" and torch.cuda.is_available()
+            args.isolation == "auto" and device.type == "cuda"
         )
         # Load once here even when isolated: a target that cannot be loaded is a usage error.
         kernel = source.load()
@@ -240,6 +305,8 @@ def command(args: argparse.Namespace) -> int:
     for note in source.inferred:
         print(f"  from its signature: {note}", file=out)
     print(f"  recipe:  {source.recipe}", file=out)
+    if device.type != "cpu":
+        print(f"  device:  {device} (the kernel, the oracles and the bounds)", file=out)
     print(
         f"  budget {args.budget:g} s over {len(properties)} properties"
         f"{', each kernel process isolated' if isolate else ''}",

@@ -22,7 +22,9 @@ def bitwise_mismatch(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tens
     """Return where ``actual`` and ``expected`` differ: `torch.equal`'s rule, NaN equal to NaN."""
     a, e = actual.detach(), expected.detach().to(actual.device)
     if a.dtype != e.dtype or a.shape != e.shape:
-        return torch.ones((), dtype=torch.bool).expand(a.shape if a.numel() else (1,))
+        return torch.ones((), dtype=torch.bool, device=a.device).expand(
+            a.shape if a.numel() else (1,)
+        )
     same = (a == e) | (torch.isnan(a) & torch.isnan(e))
     return ~same
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from linattn_verify.core.loading import load_kernel_function, with_timeout
+from linattn_verify.core.placement import on_device
 from linattn_verify.errors import InvalidArgument
 
 KernelT = TypeVar("KernelT")
@@ -45,6 +46,8 @@ class TargetSource(ABC, Generic[KernelT]):
         timeout: Seconds one call may take (0: no limit). Default: `60.0`.
         inferred: What was read off its signature rather than declared (``check``'s
             ``assumed:`` header prints it). Default: `()`.
+        device: Where it computes (``"cpu"``, ``"cuda"``, ``"cuda:1"``): `load` places it there
+            (`linattn_verify.core.placement.on_device`). Default: `"cpu"`.
     """
 
     target: str
@@ -52,6 +55,7 @@ class TargetSource(ABC, Generic[KernelT]):
     recipe: Any
     timeout: float = 60.0
     inferred: tuple[str, ...] = ()
+    device: str = "cpu"
 
     family: ClassVar[str]
 
@@ -81,7 +85,10 @@ class TargetSource(ABC, Generic[KernelT]):
         Raises:
             InvalidArgument: if the target cannot be loaded.
         """
-        return with_timeout(self.kernel(load_kernel_function(self.target)), self.timeout)  # type: ignore[type-var]
+        kernel = self.kernel(load_kernel_function(self.target))
+        if self.device != "cpu":
+            kernel = on_device(kernel, self.device)
+        return with_timeout(kernel, self.timeout)  # type: ignore[type-var]
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (inverse: `from_json`), naming its family."""
@@ -92,6 +99,7 @@ class TargetSource(ABC, Generic[KernelT]):
             "recipe": asdict(self.recipe),
             "timeout": self.timeout,
             "inferred": list(self.inferred),
+            "device": self.device,
             **self.declaration_json(),
         }
 
@@ -107,6 +115,7 @@ class TargetSource(ABC, Generic[KernelT]):
                 target=str(document["target"]),
                 timeout=float(document.get("timeout", 60.0)),
                 inferred=tuple(str(x) for x in document.get("inferred", ())),
+                device=str(document.get("device", "cpu")),
                 **cls.declaration_from_json(document),
             )
         except (KeyError, TypeError, ValueError) as exc:

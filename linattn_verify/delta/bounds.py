@@ -52,6 +52,7 @@ from typing import Literal
 import torch
 
 from linattn_verify.core.bound import TensorBound
+from linattn_verify.core.judging import bound_on, judging_device, problem_on
 from linattn_verify.core.rounding import UNIT_ROUNDOFF, gamma
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem
@@ -327,7 +328,7 @@ def chunk_sequence(
         w_strict = pair_weights(G, strict=True, vector=True)
         w_incl = pair_weights(G, strict=False, vector=True)
         kk = k[:, :, None, :] * k[:, None, :, :]
-        eye = torch.eye(c, dtype=q.dtype)
+        eye = torch.eye(c, dtype=q.dtype, device=q.device)
         L_abs = beta[..., None] * (kk.abs() * w_strict).sum(-1)
         L_off = beta[..., None] * (kk * w_strict).sum(-1)
         T = forward_substitution_inverse(eye + L_off)
@@ -453,7 +454,9 @@ def forward_bounds(
     """
     B, T, H, K, V = problem.shape
     units = Units.of(recipe, problem.q.dtype)
-    per_seq = sequence_bounds(problem, recipe, causal_exact=causal_exact)
+    home = problem.q.device
+    judged = problem_on(problem, judging_device(home))
+    per_seq = sequence_bounds(judged, recipe, causal_exact=causal_exact)
 
     def tokens(field: str) -> torch.Tensor:
         parts = [getattr(s, field).transpose(0, 1) for s in per_seq]  # [L, H, V]
@@ -472,7 +475,7 @@ def forward_bounds(
             units,
             count,
         )
-    return named
+    return {name: bound_on(b, home) for name, b in named.items()}
 
 
 def _tensor_bound(

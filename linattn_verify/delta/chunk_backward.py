@@ -130,8 +130,8 @@ def chunk_backward(
     arguments are added where a recipe stores the node (zeros: the value is unchanged).
     """
     c = q.shape[1]
-    strict = torch.ones(c, c, dtype=q.dtype).tril(-1)
-    incl = torch.ones(c, c, dtype=q.dtype).tril()
+    strict = torch.ones(c, c, dtype=q.dtype, device=q.device).tril(-1)
+    incl = torch.ones(c, c, dtype=q.dtype, device=q.device).tril()
     b = beta[..., None]
     k_in, q_in, Kt = k * eG + z_k_in, q * eG + z_q_in, k * ekout + z_Kt
     Akk = torch.einsum("him,hjm,hijm->hij", k, k, wkk)
@@ -232,7 +232,7 @@ def chunk_inputs(
         G = seq.g[:, start:end].cumsum(-2)
     wqk = pair_weights(G, strict=False, vector=True)
     wkk = pair_weights(G, strict=True, vector=True)
-    eye = torch.eye(c, dtype=q.dtype)
+    eye = torch.eye(c, dtype=q.dtype, device=q.device)
     Akk = torch.einsum("him,hjm,hijm->hij", k, k, wkk)
     L_off = beta[..., None] * Akk
     T = forward_substitution_inverse(eye + L_off)

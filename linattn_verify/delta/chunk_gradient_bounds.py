@@ -216,14 +216,16 @@ def _sequence(
         a = units.gamma(c + 1) * x.G.abs() if gated else torch.zeros_like(x.G)
         diff = (x.G[:, :, None, :] - x.G[:, None, :, :]).abs()
         rel = (a[:, :, None, :] + a[:, None, :, :] + (4 + 2.4 * diff) * u) * gated
-        off = 1 - torch.eye(c, dtype=x.q.dtype)[None, :, :, None]
+        off = 1 - torch.eye(c, dtype=x.q.dtype, device=x.q.device)[None, :, :, None]
         rel_pair = rel * off
 
         def w_dir(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
             return r * w.abs() + floor * (w != 0) * (r != 0)
 
         rel_G = (a + (4 + 2.4 * x.G.abs()) * u) * gated
-        rel_out = rel[:, -1] * (1 - torch.eye(c, dtype=x.q.dtype)[-1][None, :, None])
+        rel_out = rel[:, -1] * (
+            1 - torch.eye(c, dtype=x.q.dtype, device=x.q.device)[-1][None, :, None]
+        )
         # T: forward substitution (or the block merge) on the computed L, and L's own errors:
         # |δT| <= (γ_{2c} + 4 u_op) M + |T| |δL| |T| + u_T |T| + φ_T,
         # |δL_ij| <= β_i Σ_m |k_im k_jm| w_ijm η_ijm.

@@ -92,7 +92,7 @@ def assemble_gradient_bounds(
     with torch.no_grad():
         for n, b, start, end in p.sequences():
             dS = (
-                torch.zeros(H, K, V, dtype=torch.float64)
+                torch.zeros(H, K, V, dtype=torch.float64, device=p.q.device)
                 if d_final_state is None or not problem.output_final_state
                 else d_final_state[n].to(torch.float64)
             )

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from linattn_verify.core.bound import TensorBound
+from linattn_verify.core.judging import bound_on, judging_device, problem_on
 from linattn_verify.delta.bounds import Units, contraction, decay_error
 from linattn_verify.delta.gradient_assembly import assemble_gradient_bounds, l2norm_chain
 from linattn_verify.delta.kernel import DeltaRecipe
@@ -78,7 +79,7 @@ def _sequence(
     eps_k = units.l2norm(K, l2norm_qk)
     g = units.gamma
     d = (
-        torch.ones(H, L, K, dtype=seq.q.dtype)
+        torch.ones(H, L, K, dtype=seq.q.dtype, device=seq.q.device)
         if seq.g is None
         else torch.exp(seq.g if seq.g.ndim == 3 else seq.g[..., None].expand(H, L, K))
     )
@@ -250,6 +251,23 @@ def backward_bounds(
     triangular inverse, is `linattn_verify.delta.chunk_gradient_bounds.chunk_backward_bounds`
     (``causal_exact=False``: for a kernel that may invert with a pivoting solver).
     """
+    home = problem.q.device
+    judge = judging_device(home)
+    problem, do = problem_on(problem, judge), do.to(judge)
+    d_final_state = None if d_final_state is None else d_final_state.to(judge)
+    judged = _judged_bounds(problem, recipe, do, d_final_state, causal_exact=causal_exact)
+    return {name: bound_on(b, home) for name, b in judged.items()}
+
+
+def _judged_bounds(
+    problem: DeltaProblem,
+    recipe: DeltaRecipe,
+    do: torch.Tensor,
+    d_final_state: torch.Tensor | None,
+    *,
+    causal_exact: bool,
+) -> dict[str, TensorBound]:
+    """`backward_bounds` on the device ``problem`` is on."""
     if recipe.form == "chunk":
         from linattn_verify.delta.chunk_gradient_bounds import chunk_backward_bounds
 

@@ -265,7 +265,7 @@ def _chunked(seq: DeltaSequence, scale: float, C: int) -> SequenceResult:
         if seq.g is None:
             kk = k @ k.transpose(-1, -2)  # [H, c, c]
             qk = q @ k.transpose(-1, -2)
-            ones = torch.ones(c, c, dtype=kk.dtype)
+            ones = torch.ones(c, c, dtype=kk.dtype, device=kk.device)
             Akk, Aqk = kk * ones.tril(-1), qk * ones.tril()
             k_in, q_in, k_out = k, q, k
             state_decay = None
@@ -286,7 +286,7 @@ def _chunked(seq: DeltaSequence, scale: float, C: int) -> SequenceResult:
             k_in, q_in = k * torch.exp(G), q * torch.exp(G)
             k_out = k * torch.exp(G[:, -1:, :] - G)
             state_decay = torch.exp(G[:, -1, :])[:, :, None]  # [H, K, 1]
-        eye = torch.eye(c, dtype=k.dtype)
+        eye = torch.eye(c, dtype=k.dtype, device=k.device)
         Lmat = eye + beta[..., None] * Akk  # unit lower triangular [H, c, c]
         T = forward_substitution_inverse(Lmat)
         W = T @ (beta[..., None] * k_in)  # [H, c, K]

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from linattn_verify.core.bound import Residual, TensorBound, ZeroDenominator
+from linattn_verify.core.judging import bound_on, judging_device
 from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn._bounds.dependence import depends_on_rows
@@ -121,7 +122,9 @@ def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, Units]
         raise InvalidArgument(
             f"Expected recipe to be a PrecisionRecipe but got {type(recipe).__name__}."
         )
-    return as_kernel_sees(problem, recipe).to(torch.float64), Units.of(recipe, problem.q.dtype)
+    judge = judging_device(problem.q.device)
+    p = as_kernel_sees(problem, recipe).to(torch.float64, judge)
+    return p, Units.of(recipe, problem.q.dtype)
 
 
 def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
@@ -237,8 +240,18 @@ def forward_bounds(
                 zero_denominator=zero_denominator,
             )
             final_key_sum = B_z
+    home = problem.q.device
+
+    def back(x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else x.to(home)
+
+    # The pieces stay on the judging device, where `backward_bounds` builds on them.
     return ForwardBounds(
-        o=B_o, final_state=final_state, final_key_sum=final_key_sum, tensors=tensors, pieces=pieces
+        o=B_o.to(home),
+        final_state=back(final_state),
+        final_key_sum=back(final_key_sum),
+        tensors={name: bound_on(b, home) for name, b in tensors.items()},
+        pieces=pieces,
     )
 
 
@@ -397,18 +410,21 @@ def backward_bounds(
         raise InvalidArgument(f"Expected do of shape {tuple(problem.v.shape)} but got {got}.")
     fb = forward or forward_bounds(problem, recipe, causal_exact=causal_exact)
     pieces = fb.pieces
+    p, units = _prepare(problem, recipe)
+    judge = p.q.device
+    do, d_final_state = do.to(judge), _moved(d_final_state, judge)
     o_residual = fb.tensors["o"].residual
     undefined = (
         {}
         if o_residual is None
         else depends_on_rows(
-            problem,
-            o_residual.denominator[..., 0] == 0,
+            p,
+            o_residual.denominator[..., 0].to(judge) == 0,
             whole_sequence=zero_denominator != "zero",
         )
     )
-    p, units = _prepare(problem, recipe)
-    refs = reference_gradients(as_kernel_sees(problem, recipe), do, d_final_state)
+    # p is the problem as the kernel sees it, in float64 on the judging device.
+    refs = reference_gradients(p, do, d_final_state)
     K, V = p.q.shape[3], p.v.shape[-1]
     per_seq = _backward_pieces(p, pieces, do, d_final_state)
     if not causal_exact and recipe.decay_scan == "global":
@@ -464,7 +480,7 @@ def backward_bounds(
             undefined=_undefined_like(undefined.get(name), ref),
             zero_denominator=zero_denominator,
         )
-    return result
+    return {name: bound_on(b, problem.q.device) for name, b in result.items()}
 
 
 def _backward_pieces(
@@ -524,6 +540,15 @@ def overflow_elements(
     spread = depends_on_rows(p, marked, whole_sequence=True)
     masks.update({"d" + name: mask for name, mask in spread.items()})
     return masks
+
+
+def _moved(cotangent: object, device: torch.device) -> object:
+    """A final-state cotangent (`None`, dS_T, or the pair (dS_T, dz_T)) on ``device``."""
+    if isinstance(cotangent, torch.Tensor):
+        return cotangent.to(device)
+    if isinstance(cotangent, tuple | list):
+        return type(cotangent)(_moved(x, device) for x in cotangent)
+    return cotangent
 
 
 def _undefined_like(mask: torch.Tensor | None, ref: torch.Tensor) -> torch.Tensor | None:

@@ -231,3 +231,16 @@ def test_a_budget_of_zero_is_a_usage_error_naming_it(
     assert _check(f"{target_file}:correct", "--budget", "0", report=tmp_path / "r") == EXIT_USAGE
     assert "--budget 0" in capsys.readouterr().err
     assert not (tmp_path / "r" / "run.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("device", "says"),
+    [("tpu", "--device 'tpu'"), ("cuda:7", "CUDA device"), ("gpu0", "expected 'auto'")],
+)
+def test_a_device_torch_cannot_use_is_a_usage_error_before_any_search(
+    device: str, says: str, target_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _check(f"{target_file}:correct", "--device", device, report=tmp_path / "r")
+    assert code == EXIT_USAGE
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "r" / "run.json").exists()

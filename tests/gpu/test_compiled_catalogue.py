@@ -3,10 +3,11 @@
 
 Under the interpreter (CI, every CPU machine) the catalogue judges the kernels' Python-level
 semantics; compiled, they run other code: Triton's compiler, tf32 dot products, real memory
-layouts and launch grids. Each kernel computes on the GPU (`linattn_verify.placement.on_device`)
-and is judged on the CPU by the float64 oracles and bounds of its compiled recipe (tf32, mma
-accumulation: `precision_recipe` in compiled mode), the case sizes of ``check``. Skipped without
-CUDA. ``benchmarks/gpu/run.sh`` runs this and the CUDA benchmarks in one call.
+layouts and launch grids. Each kernel computes on the GPU (`core.placement.on_device`) and is
+judged by the float64 oracles and bounds of its compiled recipe (tf32, mma accumulation:
+`precision_recipe` in compiled mode), run on the GPU too (`core.judging.judging_on`), at the
+case sizes of ``check``. Skipped without CUDA. ``benchmarks/gpu/run.sh`` runs this and the CUDA
+benchmarks in one call.
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ pytestmark = pytest.mark.gpu
 def test_compiled_kernel_holds_the_catalogue(name: str, tmp_path: Path) -> None:
     from linattn_verify.checking import SearchSettings, check_kernel
     from linattn_verify.core.family import family_of
-    from linattn_verify.placement import on_device
+    from linattn_verify.core.judging import judging_on
+    from linattn_verify.core.placement import on_device
     from linattn_verify.registry import get_kernel
 
     kernel = on_device(get_kernel(name), "cuda")
     search = SearchSettings(budget=SECONDS, seed=0, failures_dir=tmp_path, reach=False)
-    report = check_kernel(kernel, family_of(kernel).properties(), search)
+    with judging_on("cuda"):
+        report = check_kernel(kernel, family_of(kernel).properties(), search)
     out = os.environ.get("OUT")
     if out:
         document = {"kernel": name, "seconds": report.seconds}

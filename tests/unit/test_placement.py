@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import torch
 
-from linattn_verify.placement import on_device
+from linattn_verify.core.placement import on_device
 from linattn_verify.registry import get_kernel
 
 

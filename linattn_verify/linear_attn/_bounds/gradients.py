@@ -137,7 +137,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     bad_g = torch.flip(torch.cummax(torch.flip(bad_G.to(torch.int8), [-1]), -1).values, [-1]) > 0
     out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
     out["bad_S0"] = (bad & (w0 > 0)).any(-1)  # [H]
-    out["count"] = (count.max() if count.numel() else torch.zeros((), dtype=Ub.dtype)).expand(1)
+    out["count"] = (count.max() if count.numel() else Ub.new_zeros(())).expand(1)
     mark_overflow(out, f, ct)
     return out
 

@@ -212,7 +212,7 @@ def vector_backward_sequence(
     bad_key = bad_key_m.any(-1)
     out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
     out["bad_S0"] = (bad & (w0 > 0).any(-1)).any(-1)  # [H]
-    out["count"] = (count.max() if count.numel() else torch.zeros((), dtype=R.dtype)).expand(1)
+    out["count"] = (count.max() if count.numel() else R.new_zeros(())).expand(1)
     mark_overflow(out, f, ct)
     return out
 

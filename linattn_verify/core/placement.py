@@ -1,11 +1,12 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Run a kernel on another device than the one its problems live on.
 
-The oracles and bounds are float64 code on the problem's device (the CPU today); a compiled
-Triton kernel needs its inputs on the GPU. `on_device` wraps a kernel of any family so that every
-call moves its tensor arguments to the device and its results back, through autograd (``.to`` is
+The cases are built on the CPU (their seeded draws are the CPU's); a compiled Triton kernel needs
+its inputs on the GPU. `on_device` wraps a kernel of any family so that every call moves its
+tensor arguments to the device and its results back, through autograd (``.to`` is
 differentiable), so the whole catalogue judges compiled kernels unchanged: the gradients it reads
-are the CPU leaves' gradients of the device computation.
+are the CPU leaves' gradients of the device computation. The oracles and bounds follow the
+judging device (`linattn_verify.core.judging`), which ``check --device`` sets to the same.
 """
 
 from __future__ import annotations
