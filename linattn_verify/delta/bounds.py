@@ -46,7 +46,7 @@ double-double and mpmath (tests/delta): its own error, about 1e-16 relatively, i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import torch
@@ -59,8 +59,10 @@ from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.delta.reference import (
     DeltaSequence,
     forward_substitution_inverse,
+    group_size,
     pair_weights,
-    sequence_inputs,
+    per_sequence,
+    sequence_groups,
 )
 from linattn_verify.typing import dtype_name
 
@@ -294,11 +296,15 @@ def chunk_sequence(
     *,
     l2norm_qk: bool,
     inverse: InverseKind = "substitution",
+    heads: int | None = None,
 ) -> SequenceBound:
     """The chunk (WY / UT) recipe's bound on one float64 sequence (module docstring).
 
     ``inverse`` says how the kernel inverts (`inverse_magnitude`): a pivoting solver charges
-    every corrected value, and so every output of the chunk, the whole chunk.
+    every corrected value, and so every output of the chunk, the whole chunk. ``heads``: the
+    heads of each sequence when ``seq`` stacks several (`sequence_groups`), so that a
+    chunk's decay-weight error takes the largest |G| of its own sequence only. Default: all of
+    ``seq``'s heads are one sequence's.
     """
     H, L, K = seq.q.shape
     u = units.u
@@ -323,8 +329,12 @@ def chunk_sequence(
             G = seq.g[:, start:end].cumsum(-2)
         # The chunk-local cumsum's absolute error (γ_{c} |G|), doubled for a difference, then
         # the exp: (4 + 2.4|x|) u (the ex2.approx model of docs/error-model.md §4).
-        Gmax = float(G.abs().max()) if G.numel() else 0.0
-        eps_w = (2 * units.gamma(c + 1) + 2.4 * u) * Gmax + 4 * u if seq.g is not None else 0.0
+        eps_w: float | torch.Tensor = 0.0
+        if seq.g is not None:
+            # The largest |G| of each sequence's chunk, over its heads ([sequences]).
+            Gmax = G.abs().reshape(H // (heads or H), -1).amax(-1)
+            Gmax = Gmax.repeat_interleave(heads or H)[:, None, None]
+            eps_w = (2 * units.gamma(c + 1) + 2.4 * u) * Gmax + 4 * u
         w_strict = pair_weights(G, strict=True, vector=True)
         w_incl = pair_weights(G, strict=False, vector=True)
         kk = k[:, :, None, :] * k[:, None, :, :]
@@ -411,30 +421,42 @@ def _finish(
     )
 
 
+def per_head_elements(problem: DeltaProblem, recipe: DeltaRecipe) -> int:
+    """The largest intermediate per head of ``recipe``'s bounds (`group_size`): C² K, or K V."""
+    K, V = problem.q.shape[-1], problem.v.shape[-1]
+    return recipe.chunk_size**2 * K if recipe.form == "chunk" else K * V
+
+
 def sequence_bounds(
     problem: DeltaProblem, recipe: DeltaRecipe, *, causal_exact: bool = True
 ) -> list[SequenceBound]:
     """Every sequence's exact outputs and bounds, in `DeltaProblem.sequences` order."""
     units = Units.of(recipe, problem.q.dtype)
     p = problem.to(torch.float64)
-    out = []
+    H = p.q.shape[2]
+    groups = []
     with torch.no_grad():
-        for n, b, start, end in p.sequences():
-            seq = sequence_inputs(p, n, b, start, end)
+        for spans, seq in sequence_groups(p, most=group_size(p, per_head_elements(p, recipe))):
             if recipe.form == "recurrent":
-                out.append(recurrent_sequence(seq, p.scale, units, l2norm_qk=p.l2norm_qk))
+                bound = recurrent_sequence(seq, p.scale, units, l2norm_qk=p.l2norm_qk)
             else:
-                out.append(
-                    chunk_sequence(
-                        seq,
-                        p.scale,
-                        units,
-                        recipe.chunk_size,
-                        l2norm_qk=p.l2norm_qk,
-                        inverse=inverse_kind(recipe, causal_exact=causal_exact),
-                    )
+                inverse = inverse_kind(recipe, causal_exact=causal_exact)
+                bound = chunk_sequence(
+                    seq,
+                    p.scale,
+                    units,
+                    recipe.chunk_size,
+                    l2norm_qk=p.l2norm_qk,
+                    inverse=inverse,
+                    heads=H,
                 )
-    return out
+            groups.append((spans, bound))
+
+    def split(bound: SequenceBound, _: int) -> list[SequenceBound]:
+        parts = [torch.split(getattr(bound, f.name), H) for f in fields(bound)]
+        return [SequenceBound(*one) for one in zip(*parts, strict=True)]
+
+    return per_sequence(groups, split)
 
 
 def forward_bounds(

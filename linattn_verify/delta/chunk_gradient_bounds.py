@@ -120,6 +120,7 @@ from linattn_verify.delta.bounds import (
     Units,
     contraction,
     inverse_kind,
+    per_head_elements,
 )
 from linattn_verify.delta.chunk_backward import (
     PRIMITIVES,
@@ -131,9 +132,7 @@ from linattn_verify.delta.chunk_backward import (
 from linattn_verify.delta.gradient_assembly import assemble_gradient_bounds, l2norm_chain
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
-from linattn_verify.delta.reference import (
-    DeltaSequence,
-)
+from linattn_verify.delta.reference import DeltaSequence, group_size
 from linattn_verify.typing import dtype_name
 
 
@@ -400,8 +399,9 @@ def chunk_backward_bounds(
 
     # A scalar gate's sum over K is inside its count N (3K): no further term.
     count = float(max(rounding_counts(K, V, recipe.chunk_size).values()))
+    most = group_size(problem, per_head_elements(problem, recipe))
     return assemble_gradient_bounds(
-        problem, units, do, d_final_state, one, count=count, gate_sum=0.0
+        problem, units, do, d_final_state, one, count=count, gate_sum=0.0, most=most
     )
 
 

@@ -18,7 +18,7 @@ from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.delta.bounds import SMALLEST_SUBNORMAL, Units
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
-from linattn_verify.delta.reference import delta_recurrent, sequence_inputs
+from linattn_verify.delta.reference import Span, delta_recurrent, per_sequence, sequence_groups
 from linattn_verify.typing import dtype_name
 
 GRADIENTS = ("q", "k", "v", "beta", "g", "initial_state")
@@ -76,36 +76,52 @@ def assemble_gradient_bounds(
     *,
     count: float,
     gate_sum: float,
+    most: int | None = None,
 ) -> dict[str, TensorBound]:
     """Run ``one_sequence`` on every sequence and assemble the `TensorBound` of each gradient.
 
     The reference is float64 autograd of the oracle; each bound gets the rounding of the
     gradient to its input's dtype (u |ref| and half the smallest subnormal); a scalar gate's
     dg is the sum over K of the per-dimension pieces, charged ``gate_sum`` of its magnitude.
+    Sequences of one length run together, ``most`` at a time (`sequence_groups`).
     """
     _, _, H, K, V = problem.shape
     p = problem.to(torch.float64)
     do64 = do.to(torch.float64)
     exact = reference_gradients(problem, do, d_final_state)
+
+    def heads_first(x: torch.Tensor, spans: list[Span]) -> torch.Tensor:
+        """The spans' rows of ``x`` ``[B, T, H, ...]``, stacked as `sequence_groups` stacks."""
+        return torch.cat([x[b, start:end].transpose(0, 1) for _, b, start, end in spans])
+
+    def final_cotangent(n: int) -> torch.Tensor:
+        if d_final_state is None or not problem.output_final_state:
+            return torch.zeros(H, K, V, dtype=torch.float64, device=p.q.device)
+        return d_final_state[n].to(torch.float64)
+
+    Parts = dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+    def split(parts: Parts, count: int) -> list[Parts]:
+        pairs = {
+            name: list(zip(torch.split(b, H), torch.split(m, H), strict=True))
+            for name, (b, m) in parts.items()
+        }
+        return [{name: pair[i] for name, pair in pairs.items()} for i in range(count)]
+
+    groups = []
+    with torch.no_grad():
+        for spans, seq in sequence_groups(p, most=most):
+            dS = torch.cat([final_cotangent(span[0]) for span in spans])
+            parts = one_sequence(
+                seq, heads_first(p.q, spans), heads_first(p.k, spans), heads_first(do64, spans), dS
+            )
+            groups.append((spans, parts))
     pieces: dict[str, list[torch.Tensor]] = {}
     mags: dict[str, list[torch.Tensor]] = {}
-    with torch.no_grad():
-        for n, b, start, end in p.sequences():
-            dS = (
-                torch.zeros(H, K, V, dtype=torch.float64, device=p.q.device)
-                if d_final_state is None or not problem.output_final_state
-                else d_final_state[n].to(torch.float64)
-            )
-            parts = one_sequence(
-                sequence_inputs(p, n, b, start, end),
-                p.q[b, start:end].transpose(0, 1),
-                p.k[b, start:end].transpose(0, 1),
-                do64[b, start:end].transpose(0, 1),
-                dS,
-            )
-            for name, (bound, mag) in parts.items():
-                pieces.setdefault(name, []).append(bound)
-                mags.setdefault(name, []).append(mag)
+    for parts in per_sequence(groups, split):
+        for name, (bound, mag) in parts.items():
+            pieces.setdefault(name, []).append(bound)
+            mags.setdefault(name, []).append(mag)
     named: dict[str, TensorBound] = {}
     for name, reference in exact.items():
         if name == "initial_state":

@@ -52,11 +52,11 @@ import torch
 
 from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.judging import bound_on, judging_device, problem_on
-from linattn_verify.delta.bounds import Units, contraction, decay_error
+from linattn_verify.delta.bounds import Units, contraction, decay_error, per_head_elements
 from linattn_verify.delta.gradient_assembly import assemble_gradient_bounds, l2norm_chain
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
-from linattn_verify.delta.reference import DeltaSequence
+from linattn_verify.delta.reference import DeltaSequence, group_size
 
 
 def _sequence(
@@ -284,8 +284,9 @@ def _judged_bounds(
         return _sequence(seq, q, k, do, dS, problem.scale, units, problem.l2norm_qk, stored)
 
     # A scalar gate's dg sums the per-dimension terms: K more roundings.
+    most = group_size(problem, per_head_elements(problem, recipe))
     return assemble_gradient_bounds(
-        problem, units, do, d_final_state, one, count=K + V + 6, gate_sum=units.gamma(K)
+        problem, units, do, d_final_state, one, count=K + V + 6, gate_sum=units.gamma(K), most=most
     )
 
 

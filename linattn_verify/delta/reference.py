@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -33,6 +34,7 @@ from linattn_verify.delta.problem import DeltaProblem, l2norm
 from linattn_verify.errors import InvalidArgument
 
 SequenceResult = tuple[torch.Tensor, torch.Tensor]
+ResultT = TypeVar("ResultT")
 """o ``[L, H, V]`` and S_T ``[H, K, V]`` of one sequence."""
 
 
@@ -81,13 +83,96 @@ def sequence_inputs(problem: DeltaProblem, n: int, b: int, start: int, end: int)
     return DeltaSequence(q=q, k=k, v=v, beta=beta, g=g, S0=S0)
 
 
+Span = tuple[int, int, int, int]
+"""A sequence of a problem: ``(n, b, start, end)``, as `DeltaProblem.sequences` yields it."""
+
+
+GROUP_ELEMENTS = {"cpu": 2**21, "cuda": 2**26}
+"""The most float64 elements one stacked per-head intermediate of a group may hold, by device
+type. On the CPU the chunk form's gradient bound is compute-bound and a group past about 16 MB
+per intermediate runs slower (measured: 8 sequences of H = 2, C = K = 64 at once took 2.2x as
+long as one at a time, 4 at once as long); the recurrent form's token loop is overhead-bound
+and gains (2.4x for 8 sequences). On a GPU every step is a kernel launch, so larger groups
+pay."""
+
+
+def group_size(problem: DeltaProblem, per_head: int) -> int:
+    """How many sequences `sequence_groups` stacks at most.
+
+    ``per_head`` is the size of the largest intermediate per head: C² K for the chunk form,
+    K V for the recurrent one.
+    """
+    budget = GROUP_ELEMENTS.get(problem.q.device.type, GROUP_ELEMENTS["cpu"])
+    return max(1, budget // (problem.q.shape[2] * max(per_head, 1)))
+
+
+def sequence_groups(
+    problem: DeltaProblem, *, most: int | None = None
+) -> list[tuple[list[Span], DeltaSequence]]:
+    """The sequences of a float64 ``problem``, those of one length stacked head-wise.
+
+    A group of G sequences of H heads is one `DeltaSequence` of G·H "heads" (sequence-major):
+    every per-sequence computation of this family works head by head, so it runs on the group
+    at once, with a Python loop over the group's tokens or chunks instead of each sequence's.
+    A dense batch is one group; a varlen batch is one group per distinct length; a group is
+    cut into groups of at most ``most`` sequences (`group_size`). Default: no limit.
+    """
+    by_length: dict[int, list[Span]] = {}
+    for span in problem.sequences():
+        by_length.setdefault(span[3] - span[2], []).append(span)
+    groups = []
+    cut = [
+        same[i : i + (most or len(same))]
+        for same in by_length.values()
+        for i in range(0, len(same), most or len(same))
+    ]
+    for spans in cut:
+        parts = [sequence_inputs(problem, *span) for span in spans]
+        stacked = DeltaSequence(
+            q=torch.cat([x.q for x in parts]),
+            k=torch.cat([x.k for x in parts]),
+            v=torch.cat([x.v for x in parts]),
+            beta=torch.cat([x.beta for x in parts]),
+            g=None if parts[0].g is None else torch.cat([x.g for x in parts if x.g is not None]),
+            S0=torch.cat([x.S0 for x in parts]),
+        )
+        groups.append((spans, stacked))
+    return groups
+
+
+def per_sequence(
+    groups: list[tuple[list[Span], ResultT]], split: Callable[[ResultT, int], list[ResultT]]
+) -> list[ResultT]:
+    """Each group's result split into its sequences', in `DeltaProblem.sequences` order.
+
+    ``split(result, how_many)`` cuts one group's result into ``how_many`` sequences' results.
+    """
+    by_state_row: dict[int, ResultT] = {}
+    for spans, result in groups:
+        for span, one in zip(spans, split(result, len(spans)), strict=True):
+            by_state_row[span[0]] = one
+    return [by_state_row[n] for n in sorted(by_state_row)]
+
+
 def assemble(
-    problem: DeltaProblem, one_sequence: Callable[[DeltaSequence], SequenceResult]
+    problem: DeltaProblem,
+    one_sequence: Callable[[DeltaSequence], SequenceResult],
+    *,
+    most: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run ``one_sequence`` on every sequence of a float64 problem and assemble ``(o, S_T)``."""
+    """Run ``one_sequence`` on every sequence of a float64 problem and assemble ``(o, S_T)``.
+
+    Sequences of one length run together, ``most`` at a time (`sequence_groups`).
+    """
+    H = problem.q.shape[2]
+
+    def split(result: SequenceResult, _: int) -> list[SequenceResult]:
+        o, S = result  # o is [L, G·H, V] (tokens first), S_L [G·H, K, V]
+        return list(zip(torch.split(o, H, dim=1), torch.split(S, H), strict=True))
+
+    groups = [(spans, one_sequence(seq)) for spans, seq in sequence_groups(problem, most=most)]
     outputs, states = [], []
-    for n, b, start, end in problem.sequences():
-        o, S = one_sequence(sequence_inputs(problem, n, b, start, end))
+    for o, S in per_sequence(groups, split):
         outputs.append(o)
         states.append(S)
     # Sequences tile the (B, T) axes in order, so concatenating their rows restores [B, T, H, V].
@@ -113,7 +198,9 @@ def delta_recurrent(problem: DeltaProblem) -> tuple[torch.Tensor, torch.Tensor |
     """
     require_delta_problem(problem)
     p = problem.to(torch.float64)
-    return assemble(p, lambda seq: recurrent_sequence(seq, p.scale))
+    K, V = p.q.shape[-1], p.v.shape[-1]
+    most = group_size(p, K * V)
+    return assemble(p, lambda seq: recurrent_sequence(seq, p.scale), most=most)
 
 
 def recurrent_sequence(seq: DeltaSequence, scale: float) -> SequenceResult:
@@ -213,7 +300,8 @@ def delta_chunked(
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidArgument(f"Got chunk_size={chunk_size!r}, but chunk_size must be an int >= 1.")
     p = problem.to(torch.float64)
-    return assemble(p, lambda seq: _chunked(seq, p.scale, chunk_size))
+    most = group_size(p, chunk_size**2 * p.q.shape[-1])
+    return assemble(p, lambda seq: _chunked(seq, p.scale, chunk_size), most=most)
 
 
 def forward_substitution_inverse(L: torch.Tensor) -> torch.Tensor:

@@ -232,8 +232,9 @@ def delta_recurrent_torch(
         cu_seqlens=cu_seqlens,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
     )
-    # The float64 reference's recurrence, evaluated in the sequence's fp32.
-    o, S = assemble(p, lambda seq: recurrent_sequence(seq, p.scale))
+    # The float64 reference's recurrence, evaluated in the sequence's fp32, one sequence at a
+    # time as a kernel runs them.
+    o, S = assemble(p, lambda seq: recurrent_sequence(seq, p.scale), most=1)
     # Cotangents are made contiguous too: layout-exact backward (`float32_problem`).
     return contiguous_cotangent(o.to(dtype)), contiguous_cotangent(S)
 
@@ -296,7 +297,9 @@ def delta_chunk_torch(
         cu_seqlens=cu_seqlens,
         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
     )
-    o, S = assemble(p, lambda seq: _chunk_sequence(seq, p.scale, chunk_size, low))
+    # One sequence at a time, as a kernel runs them: its packed and separate runs agree bit for
+    # bit (`varlen_matches_separate_runs`).
+    o, S = assemble(p, lambda seq: _chunk_sequence(seq, p.scale, chunk_size, low), most=1)
     return contiguous_cotangent(o.to(dtype)), contiguous_cotangent(S)
 
 
