@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -241,16 +244,14 @@ def _device(name: str) -> torch.device:
 
 
 def _placed(source: Any, device: torch.device) -> Any:
-    """``source`` computing on ``device``, its oracles and bounds judged there too.
+    """``source`` computing on ``device``.
 
     Raises:
         InvalidArgument: for a family whose kernel source cannot be placed (not a
             `TargetSource`).
     """
-    import os
     from dataclasses import replace
 
-    from linattn_verify.core.judging import ENVIRONMENT
     from linattn_verify.core.source import TargetSource
     from linattn_verify.errors import InvalidArgument
 
@@ -259,9 +260,26 @@ def _placed(source: Any, device: torch.device) -> Any:
             f"Got --device {device}, but the {type(source).__name__} of this family cannot "
             "place its kernel on a device; use --device cpu."
         )
-    # The environment reaches the isolated child processes too; a user's own choice stays.
-    os.environ.setdefault(ENVIRONMENT, str(device))
     return replace(source, device=str(device))
+
+
+@contextmanager
+def _judged_on(device: torch.device) -> Iterator[None]:
+    """Judge on ``device`` inside the block, here and in the isolated child processes.
+
+    The environment carries it to the children; a choice the user made there stays, and the
+    process's environment is restored afterwards.
+    """
+    from linattn_verify.core.judging import ENVIRONMENT
+
+    if device.type == "cpu" or ENVIRONMENT in os.environ:
+        yield
+        return
+    os.environ[ENVIRONMENT] = str(device)
+    try:
+        yield
+    finally:
+        del os.environ[ENVIRONMENT]
 
 
 def command(args: argparse.Namespace) -> int:
@@ -343,7 +361,7 @@ def command(args: argparse.Namespace) -> int:
         failures_dir=report_dir / "failures",
         fail_fast=args.fail_fast,
     )
-    with bar:
+    with bar, _judged_on(device):
         if isolate:
             report = check_isolated(source, list(properties), search, listener=Printer())
         else:

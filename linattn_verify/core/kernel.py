@@ -16,7 +16,7 @@ import torch
 
 CapabilitiesT = TypeVar("CapabilitiesT")
 RecipeT = TypeVar("RecipeT")
-Self = TypeVar("Self", bound="KernelBase[Any, Any]")
+KernelSelf = TypeVar("KernelSelf", bound="KernelBase[Any, Any]")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,6 @@ class KernelBase(Generic[CapabilitiesT, RecipeT]):
             recipe = replace(recipe, chunk_size=chunk_size)  # type: ignore[type-var]
         return recipe
 
-    def with_options(self: Self, name: str, **options: Any) -> Self:
+    def with_options(self: KernelSelf, name: str, **options: Any) -> KernelSelf:
         """Return this kernel with extra call keywords, under a new name."""
         return replace(self, name=name, options={**self.options, **options})
