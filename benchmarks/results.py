@@ -56,6 +56,18 @@ RESULTS_MD = HERE / "RESULTS.md"
 SUITES = ("test_kernels.py", "test_harness.py", "test_oracle_cost.py", "test_delta_kernels.py")
 
 
+def _merged_gpus(info: Row) -> str:
+    """The GPUs whose runs were merged in (`merge`), for a header whose own run had none."""
+    runs = {
+        f"{m['gpu']} ({datetime.fromisoformat(m['datetime']):%Y-%m-%d %H:%M} UTC)"
+        for key, m in info.get("merged", {}).items()
+        if key.endswith("@cuda") and m.get("gpu")
+    }
+    if not runs:
+        return "none (no GPU was drawn for this run)"
+    return "none for this run; the CUDA rows were merged from " + ", ".join(sorted(runs))
+
+
 def run_suites(json_path: Path, full: bool, suites: Iterable[str] = SUITES) -> int:
     """Run the benchmark suites with pytest, writing ``json_path``; return pytest's status."""
     command = [sys.executable, "-m", "pytest", *(str(HERE / s) for s in suites)]
@@ -96,7 +108,7 @@ def header_section(data: Row, full: bool) -> list[str]:
                 ["date", when],
                 ["CPU", f"{info['cpu']}, {info['cpu_count']} cores; torch on 1 thread"],
                 ["load average (1/5/15 min), start → end", load],
-                ["GPU", info["gpu"] or "none (no GPU was drawn for this run)"],
+                ["GPU", info["gpu"] or _merged_gpus(info)],
                 ["versions", versions],
                 [
                     "Triton mode",
