@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, get_args
 from linattn_verify.cli._args import DEFAULT_FAMILY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from linattn_verify.core.arguments import csv_of, nonnegative_float, positive
 from linattn_verify.core.family import families
-
-if TYPE_CHECKING:
-    import torch
 from linattn_verify.typing import (
     FINAL_STATE_DTYPES,
     FORMS,
     KERNEL_DTYPES,
     ScaleConvention,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 def add_target_flags(parser: Any, family: str, *, dtypes: bool = True) -> None:
@@ -228,10 +228,8 @@ def _device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except (RuntimeError, TypeError):
-        raise InvalidArgument(
-            f"Got --device {name!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N'."
-        ) from None
-    if device.type not in ("cpu", "cuda"):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
         raise InvalidArgument(f"Got --device {name!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N'.")
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
