@@ -33,7 +33,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import delta_accuracy  # noqa: E402  (beside this script, not a package)
+import bound_cost_section  # noqa: E402  (beside this script, not a package)
+import delta_accuracy  # noqa: E402
 from result_tables import (  # noqa: E402  (beside this script too)
     FORMS,
     PASSES,
@@ -53,7 +54,13 @@ from result_tables import (  # noqa: E402  (beside this script too)
 RESULTS_JSON = HERE / "results.json"
 XDIST_JSON = HERE / "xdist_equivalence.json"
 RESULTS_MD = HERE / "RESULTS.md"
-SUITES = ("test_kernels.py", "test_harness.py", "test_oracle_cost.py", "test_delta_kernels.py")
+SUITES = (
+    "test_kernels.py",
+    "test_harness.py",
+    "test_oracle_cost.py",
+    "test_delta_kernels.py",
+    "test_bound_cost.py",
+)
 
 
 def _merged_gpus(info: Row) -> str:
@@ -351,6 +358,7 @@ def render(json_path: Path, full: bool) -> None:
         delta_kernel_section(data),
         oracle_section(data),
         harness_section(data),
+        bound_cost_section.section(data),
         xdist_section(),
         delta_accuracy.section(HERE / "delta_accuracy"),
     ]
@@ -358,7 +366,8 @@ def render(json_path: Path, full: bool) -> None:
         "\n".join(line for section in sections for line in section).rstrip() + "\n"
     )
     plot(data, PLOT)
-    print(f"wrote {RESULTS_MD} and {PLOT}")
+    bound_cost_section.plot(data)
+    print(f"wrote {RESULTS_MD}, {PLOT} and {bound_cost_section.PLOT}")
 
 
 def main(argv: list[str] | None = None) -> int:

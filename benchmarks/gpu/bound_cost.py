@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,60 +25,13 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bound_cases import CASES
+
 
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
-
-
-def linear_case(T: int, gate: str, device: str) -> Callable[[], object]:
-    from linattn_verify.recipe import PrecisionRecipe
-    from linattn_verify.semantics import validate_problem
-    from linattn_verify.tolerance import backward_bounds, forward_bounds
-
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, T, 2, 64, generator=gen) for _ in range(3))
-    g_shape = (1, T, 2) if gate == "scalar" else (1, T, 2, 64)
-    g = -torch.rand(*g_shape, generator=gen) * 0.05
-    do = torch.randn(1, T, 2, 64, generator=gen)
-    q, k, v, g, do = (x.to(device) for x in (q, k, v, g, do))
-    problem = validate_problem(q, k, v, g, feature_map="identity")
-    recipe = PrecisionRecipe(form="chunk")
-
-    def run() -> object:
-        forward = forward_bounds(problem, recipe)
-        return backward_bounds(problem, recipe, do=do, forward=forward)
-
-    return run
-
-
-def delta_case(T: int, gate: str, device: str) -> Callable[[], object]:
-    from linattn_verify.delta.bounds import forward_bounds
-    from linattn_verify.delta.gradient_bounds import backward_bounds
-    from linattn_verify.delta.kernel import DeltaRecipe
-    from linattn_verify.delta.problem import validate_delta
-
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, T, 2, 64, generator=gen) for _ in range(3))
-    beta = torch.rand(1, T, 2, generator=gen)
-    g = -torch.rand(1, T, 2, generator=gen) * 0.05 if gate == "scalar" else None
-    do = torch.randn(1, T, 2, 64, generator=gen)
-    q, k, v, beta, do = (x.to(device) for x in (q, k, v, beta, do))
-    g = None if g is None else g.to(device)
-    problem = validate_delta(q, k, v, beta, g, l2norm_qk=True)
-    recipe = DeltaRecipe(form="chunk")
-
-    def run() -> object:
-        forward_bounds(problem, recipe)
-        return backward_bounds(problem, recipe, do=do, d_final_state=None)
-
-    return run
-
-
-CASES: dict[str, tuple[Callable[[int, str, str], Callable[[], object]], tuple[str, ...]]] = {
-    "linear_attn": (linear_case, ("scalar", "vector")),
-    "delta": (delta_case, ("none", "scalar")),
-}
 
 
 def measure(make: Callable[[], Callable[[], object]], device: str) -> dict[str, Any]:

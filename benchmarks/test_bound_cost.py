@@ -1,0 +1,65 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""What judging one case costs against T: the float64 oracles and bounds of each family.
+
+Not part of the test suite; run with ``python benchmarks/results.py`` or
+
+    pytest benchmarks/test_bound_cost.py --benchmark-only
+
+One case per family, gate and recipe (`bound_cases.py`: H = 2, K = V = 64, fp32): the forward
+bounds then the gradient bounds, each with its oracle, on one CPU thread. T doubles until a
+case would pass `LIMIT_SECONDS` (the growth measured so far, extrapolated), so the suite fits
+a few minutes; `results.py` fits each line's growth exponent (issue #27 asks for 1).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pytest_benchmark.fixture import BenchmarkFixture
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bound_cases import CASES
+
+LIMIT_SECONDS = 30.0
+"""A case predicted to take longer than this is skipped (with the prediction as its reason)."""
+
+SEQ_LENS = (128, 256, 512, 1024, 2048, 4096)
+LINES = [
+    ("linear_attn", "scalar", "chunk"),
+    ("linear_attn", "vector", "chunk"),
+    ("delta", "none", "recurrent"),
+    ("delta", "scalar", "chunk"),
+]
+
+_SECONDS: dict[tuple[str, str, str], list[float]] = {}
+_STOPPED: set[tuple[str, str, str]] = set()
+
+
+def _predicted(line: tuple[str, str, str]) -> float:
+    """The next size's time (T doubles): the last time grown as by the last doubling."""
+    times = _SECONDS.get(line, [])
+    if len(times) < 2:
+        return 0.0
+    return times[-1] * max(times[-1] / times[-2], 1.0)
+
+
+@pytest.mark.parametrize("T", SEQ_LENS)
+@pytest.mark.parametrize(("family", "gate", "form"), LINES, ids=["-".join(x) for x in LINES])
+def test_bound_cost(benchmark: BenchmarkFixture, family: str, gate: str, form: str, T: int) -> None:
+    line = (family, gate, form)
+    guess = _predicted(line)
+    if line in _STOPPED or guess > LIMIT_SECONDS:
+        _STOPPED.add(line)
+        pytest.skip(f"predicted past {LIMIT_SECONDS:g} s from the smaller T")
+    make, _ = CASES[family]
+    if line not in _SECONDS:
+        make(64, gate, "cpu", form)()  # untimed: first-call imports (torch.func's jvp rules)
+    run = make(T, gate, "cpu", form)
+    benchmark.group = f"bound cost {family} {gate} {form}"
+    benchmark.extra_info.update(suite="bound_cost", family=family, gate=gate, form=form, T=T)
+    start = time.perf_counter()
+    benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0)  # type: ignore[no-untyped-call]
+    _SECONDS.setdefault(line, []).append(time.perf_counter() - start)
