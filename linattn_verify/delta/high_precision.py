@@ -15,7 +15,7 @@ over the tokens), and round every result once to float64.
   recurrence with u replaced by the dd operation bounds (see ``tests/delta``).
 * `delta_mpmath` works with ``dps`` decimal digits (default 50): exact conversion of the inputs
   to mpf, ``mp.fdot`` for the dots, a local ``mp.workdps`` context; results rounded by
-  `linattn_verify.linear_attn.oracles.mpmath_oracle.mpf_to_float`.
+  `linattn_verify.core.dd_arith.mpf_to_float`.
 """
 
 from __future__ import annotations

@@ -371,7 +371,7 @@ def delta_cases(
             Default: `False`.
         chunk_sizes: Chunk sizes whose residues T should cover. Default: `(16, 64)`.
         fixed_scales: Draw only these scales (``"default"``: `None` or K^-1/2; ``"one"``: 1), or
-            `()` for any (`linattn_verify.linear_attn.strategies.scales`). Default: `()`.
+            `()` for any (`linattn_verify.core.sizes.scales`). Default: `()`.
         omittable: Keywords the calling style may leave out at their default (of
             `DELTA_OMITTABLE`; drawn last, shrinking toward every keyword passed). Default: all.
 
