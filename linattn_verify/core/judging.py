@@ -68,33 +68,30 @@ def judging_device(home: torch.device) -> torch.device:
 ProblemT = TypeVar("ProblemT")
 
 
+def _tensors_on(obj: object, device: torch.device, *, floating: bool) -> dict[str, Any]:
+    """The tensor fields of dataclass ``obj`` on ``device`` (only floating ones if asked)."""
+    return {
+        f.name: value.to(device)
+        for f in fields(obj)  # type: ignore[arg-type]
+        if isinstance(value := getattr(obj, f.name), torch.Tensor)
+        and (value.is_floating_point() or not floating)
+    }
+
+
 def problem_on(problem: ProblemT, device: torch.device) -> ProblemT:
     """``problem`` (a frozen dataclass) with its floating tensors on ``device``, dtypes kept.
 
     ``cu_seqlens`` stays where it is (the CPU): it is read as a list of sequence bounds.
     """
-    moved = {
-        f.name: value.to(device)
-        for f in fields(problem)  # type: ignore[arg-type]
-        if isinstance(value := getattr(problem, f.name), torch.Tensor) and value.is_floating_point()
-    }
-    return replace(problem, **moved)  # type: ignore[type-var]
+    return replace(problem, **_tensors_on(problem, device, floating=True))  # type: ignore[type-var]
 
 
 def bound_on(bound: TensorBound, device: torch.device) -> TensorBound:
     """``bound`` with every tensor in it (its residual's too) on ``device``."""
-
-    def moved(obj: object) -> dict[str, Any]:
-        return {
-            f.name: value.to(device)
-            for f in fields(obj)  # type: ignore[arg-type]
-            if isinstance(value := getattr(obj, f.name), torch.Tensor)
-        }
-
     residual = bound.residual
     if residual is not None:
-        residual = replace(residual, **moved(residual))
-    return replace(bound, residual=residual, **moved(bound))
+        residual = replace(residual, **_tensors_on(residual, device, floating=False))
+    return replace(bound, residual=residual, **_tensors_on(bound, device, floating=False))
 
 
 __all__ = ["ENVIRONMENT", "bound_on", "judging_device", "judging_on", "problem_on"]

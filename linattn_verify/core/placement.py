@@ -21,14 +21,14 @@ import torch
 KernelT = TypeVar("KernelT")
 
 
-def _moved(value: Any, device: torch.device) -> Any:
+def moved_to(value: Any, device: torch.device) -> Any:
     """``value`` with every tensor in it (in tuples, lists and dicts too) on ``device``."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
     if isinstance(value, tuple | list):
-        return type(value)(_moved(x, device) for x in value)
+        return type(value)(moved_to(x, device) for x in value)
     if isinstance(value, dict):  # the keyword arguments: initial_state, feature_weights, ...
-        return {key: _moved(x, device) for key, x in value.items()}
+        return {key: moved_to(x, device) for key, x in value.items()}
     return value
 
 
@@ -48,11 +48,11 @@ def on_device(kernel: KernelT, device: str | torch.device) -> KernelT:
     @functools.wraps(fn)
     def placed(*args: Any, **kwargs: Any) -> Any:
         home = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-        result = fn(*_moved(args, target), **_moved(kwargs, target))
-        return _moved(result, home)
+        result = fn(*moved_to(args, target), **moved_to(kwargs, target))
+        return moved_to(result, home)
 
     name = f"{kernel.name}@{target}"  # type: ignore[attr-defined]
     return replace(kernel, name=name, fn=placed)  # type: ignore[type-var]
 
 
-__all__ = ["on_device"]
+__all__ = ["moved_to", "on_device"]

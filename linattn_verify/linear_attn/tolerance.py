@@ -76,6 +76,7 @@ import torch
 
 from linattn_verify.core.bound import Residual, TensorBound, ZeroDenominator
 from linattn_verify.core.judging import bound_on, judging_device
+from linattn_verify.core.placement import moved_to
 from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn._bounds.dependence import depends_on_rows
@@ -412,7 +413,7 @@ def backward_bounds(
     pieces = fb.pieces
     p, units = _prepare(problem, recipe)
     judge = p.q.device
-    do, d_final_state = do.to(judge), _moved(d_final_state, judge)
+    do, d_final_state = do.to(judge), moved_to(d_final_state, judge)
     o_residual = fb.tensors["o"].residual
     undefined = (
         {}
@@ -540,15 +541,6 @@ def overflow_elements(
     spread = depends_on_rows(p, marked, whole_sequence=True)
     masks.update({"d" + name: mask for name, mask in spread.items()})
     return masks
-
-
-def _moved(cotangent: object, device: torch.device) -> object:
-    """A final-state cotangent (`None`, dS_T, or the pair (dS_T, dz_T)) on ``device``."""
-    if isinstance(cotangent, torch.Tensor):
-        return cotangent.to(device)
-    if isinstance(cotangent, tuple | list):
-        return type(cotangent)(_moved(x, device) for x in cotangent)
-    return cotangent
 
 
 def _undefined_like(mask: torch.Tensor | None, ref: torch.Tensor) -> torch.Tensor | None:
