@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import fields, replace
+from typing import Any, TypeVar
 
 import torch
 
@@ -19,6 +20,9 @@ from linattn_verify.errors import InvalidArgument
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 """Input dtypes the function is defined for."""
+
+
+TokensT = TypeVar("TokensT", bound="PackedTokens")
 
 
 class PackedTokens:
@@ -34,6 +38,19 @@ class PackedTokens:
     v: torch.Tensor
     g: torch.Tensor | None
     cu_seqlens: torch.Tensor | None
+
+    def to(self: TokensT, dtype: torch.dtype, device: torch.device | str | None = None) -> TokensT:
+        """The same problem with every floating tensor converted (exactly, for float64).
+
+        ``cu_seqlens`` (integers) stays as it is.
+        """
+        converted = {
+            f.name: value.to(device=device or value.device, dtype=dtype)
+            for f in fields(self)  # type: ignore[arg-type]
+            if isinstance(value := getattr(self, f.name), torch.Tensor)
+            and value.is_floating_point()
+        }
+        return replace(self, **converted)  # type: ignore[type-var]
 
     @property
     def shape(self) -> tuple[int, int, int, int, int]:

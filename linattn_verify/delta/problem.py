@@ -50,7 +50,7 @@ restarts at every boundary from that sequence's S_0, and an empty sequence retur
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -157,26 +157,6 @@ class DeltaProblem(PackedTokens):
             "initial_state": self.initial_state,
         }
         return {name: t for name, t in named.items() if t is not None}
-
-    def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> DeltaProblem:
-        """Return the same problem with every floating tensor converted (exactly, for float64)."""
-
-        def conv(x: torch.Tensor | None) -> torch.Tensor | None:
-            return None if x is None else x.to(device=device or x.device, dtype=dtype)
-
-        return DeltaProblem(
-            q=cast(torch.Tensor, conv(self.q)),
-            k=cast(torch.Tensor, conv(self.k)),
-            v=cast(torch.Tensor, conv(self.v)),
-            beta=cast(torch.Tensor, conv(self.beta)),
-            g=conv(self.g),
-            scale=self.scale,
-            l2norm_qk=self.l2norm_qk,
-            initial_state=conv(self.initial_state),
-            output_final_state=self.output_final_state,
-            cu_seqlens=self.cu_seqlens,
-            omit=self.omit,
-        )
 
 
 def l2norm(x: torch.Tensor) -> torch.Tensor:

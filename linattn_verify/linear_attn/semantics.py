@@ -270,29 +270,6 @@ class Problem(PackedTokens):
         leaves = {n: t.detach().clone().requires_grad_(True) for n, t in self.inputs().items()}
         return self.with_tensors(**leaves), leaves
 
-    def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Problem:
-        """Return the same problem with every floating tensor converted (exactly, for float64)."""
-
-        def conv(x: torch.Tensor | None) -> torch.Tensor | None:
-            return None if x is None else x.to(device=device or x.device, dtype=dtype)
-
-        return Problem(
-            q=cast(torch.Tensor, conv(self.q)),
-            k=cast(torch.Tensor, conv(self.k)),
-            v=cast(torch.Tensor, conv(self.v)),
-            g=conv(self.g),
-            scale=self.scale,
-            normalize=self.normalize,
-            eps=self.eps,
-            feature_map=self.feature_map,
-            initial_state=conv(self.initial_state),
-            initial_key_sum=conv(self.initial_key_sum),
-            output_final_state=self.output_final_state,
-            cu_seqlens=self.cu_seqlens,
-            omit=self.omit,
-            feature_weights=conv(self.feature_weights),
-        )
-
 
 def _fail(message: str) -> InvalidArgument:
     return InvalidArgument(message)
