@@ -259,12 +259,7 @@ def _reach(
     from linattn_verify.running import check_property, record_of
 
     family = family_of(kernel)
-    plan = reach_plan(
-        kernel,
-        tuple(properties),
-        max_seq_len=search.max_seq_len,
-        fits=lambda T, K, V: family.reach_fits(kernel, T, K, V),
-    )
+    plan = reach_plan(kernel, tuple(properties), max_seq_len=search.max_seq_len)
     run = ReachRun(plan, max(seconds, 0.0))
     reach_started = time.perf_counter()
     reached = {"T": 0, "K": 0, "items": 0}

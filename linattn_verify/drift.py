@@ -14,17 +14,19 @@ tensor (`TensorDrift`):
   relative to the tensor's own scale (what "how many digits are left" means for a state);
 * ``median_err`` = median |x̂ - x|, the typical element's error beside the worst one.
 
-Both the oracle and the bound cost O(T): linear attention uses the float64 chunked oracle and
-`linattn_verify.linear_attn.drift_linear` (the bound of `linattn_verify.linear_attn.tolerance`
-without its T x T matrices); the delta rule's own bound (`linattn_verify.delta.bounds`) is a running
-scan already. Before each T the cost of the next level is predicted from the last one (at least
-doubled, or by the growth measured between the last two levels) and the run stops when it would pass
-the budget: `DriftResult.stopped` says whether ``max_T`` or the budget ended it.
+Both the oracle and the bound cost O(T): linear attention's bound
+(`linattn_verify.linear_attn.tolerance`) evaluates its pair sums by a block scan beyond
+`DENSE_TOKENS` tokens (`linattn_verify.linear_attn._bounds.pairwise`), its exact output with
+them; the delta rule's own bound (`linattn_verify.delta.bounds`) is a running scan already.
+Before each T the cost of the next level is predicted from the last one (at least doubled, or by
+the growth measured between the last two levels) and the run stops when it would pass the
+budget: `DriftResult.stopped` says whether ``max_T`` or the budget ended it.
 
 Inputs (`drift_inputs`): q, k, v ~ N(0, 1) with the convention's default scale K^-1/2; a scalar
 gate g = logsigmoid(x), x ~ N(6, 1) (a decay of about 0.9975 per token: a memory of a few
-hundred tokens, as trained gates of long-context models) or none; for the delta rule unit-norm
-keys and beta = sigmoid(N(0, 1)).
+hundred tokens, as trained gates of long-context models), a vector gate likewise per key dimension,
+or none; for a normalized linear kernel |q|, |k| (positive scores: denominators that do not
+cancel) and its own eps; for the delta rule unit-norm keys and beta = sigmoid(N(0, 1)).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from linattn_verify.errors import InvalidArgument
 from linattn_verify.results import FAIL_THRESHOLD
 from linattn_verify.typing import KERNEL_DTYPES, torch_dtype
 
-GateChoice = Literal["auto", "scalar", "none"]
+GateChoice = Literal["auto", "scalar", "vector", "none"]
 GATE_BIAS = 6.0
 """Mean of x in g = logsigmoid(x): exp(g) about 0.9975, a memory of about 400 tokens."""
 
@@ -62,8 +64,9 @@ class DriftSettings:
         heads: H. Default: `2`.
         head_dim: K. Default: `32`.
         value_dim: V. Default: `32`.
-        gate: ``"scalar"``, ``"none"`` or ``"auto"`` (scalar where the kernel takes one).
-            Default: `"auto"`.
+        gate: ``"scalar"``, ``"vector"`` (one decay per key dimension, the linear family's
+            GLA form), ``"none"`` or ``"auto"`` (scalar where the kernel takes one, else a
+            vector gate where it requires one). Default: `"auto"`.
         seed: Seed of the inputs. Default: `0`.
     """
 
@@ -103,8 +106,10 @@ class DriftSettings:
                     f"Got {name}={value!r}, but {name} must be a non-empty subset of "
                     f"{KERNEL_DTYPES}."
                 )
-        if self.gate not in ("auto", "scalar", "none"):
-            raise InvalidArgument(f"Got gate={self.gate!r}, but gate must be auto, scalar, none.")
+        if self.gate not in ("auto", "scalar", "vector", "none"):
+            raise InvalidArgument(
+                f"Got gate={self.gate!r}, but gate must be auto, scalar, vector or none."
+            )
 
     @property
     def lengths(self) -> list[int]:

@@ -29,42 +29,57 @@ def _normal(generator: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=generator, dtype=torch.float32)
 
 
+DRIFT_FEATURE_MAPS = ("identity", "relu", "elu1", "taylor2", "rebased")
+"""The feature maps drift draws, in order of preference (favor+ needs a projection drift does
+not draw)."""
+
+
 class LinearDriver:
-    """Linear attention: unnormalized, identity (or relu) features, a scalar gate or none."""
+    """Linear attention: the kernel's own semantics, with a scalar, vector or no gate."""
 
     def __init__(self, kernel: Any, settings: DriftSettings) -> None:
         cap = kernel.capabilities
         takes_scalar = (cap.decay and "scalar" in cap.gates) or kernel.implied_decay is not None
+        takes_vector = cap.decay and "vector" in cap.gates and kernel.implied_decay is None
         gate = settings.gate
         if gate == "auto":
-            gate = "scalar" if takes_scalar and kernel.implied_decay is None else "none"
+            if takes_scalar and kernel.implied_decay is None:
+                gate = "scalar"
+            elif takes_vector and cap.decay_required:
+                gate = "vector"
+            else:
+                gate = "none"
         if gate == "scalar" and not takes_scalar:
             raise InvalidArgument(
                 f"Got gate='scalar', but {kernel.name} declares no scalar gate (decay="
-                f"{cap.decay}, gates={cap.gates}); use gate 'none'."
+                f"{cap.decay}, gates={cap.gates}); use gate 'none' or 'vector'."
+            )
+        if gate == "vector" and not takes_vector:
+            raise InvalidArgument(
+                f"Got gate='vector', but {kernel.name} declares no vector gate (decay="
+                f"{cap.decay}, gates={cap.gates}); use gate 'none' or 'scalar'."
             )
         if gate == "none" and cap.decay_required:
             raise InvalidArgument(
                 f"Got gate='none', but {kernel.name} requires a gate (decay_required)."
             )
-        if False not in cap.normalize:
-            raise InvalidArgument(
-                f"Got kernel {kernel.name} with normalize={cap.normalize}; drift measures "
-                "unnormalized outputs (its O(T) bound has no denominator)."
-            )
-        maps = [m for m in ("identity", "relu") if m in cap.feature_maps]
+        maps = [m for m in DRIFT_FEATURE_MAPS if m in cap.feature_maps]
+        if gate == "vector":  # a vector gate does not combine with a lifted map (semantics)
+            maps = [m for m in maps if m in ("identity", "relu", "elu1")]
         if not maps:
             raise InvalidArgument(
-                f"Got kernel {kernel.name} with feature_maps={cap.feature_maps}; drift's O(T) "
-                "bound covers exact feature maps (identity, relu) only."
+                f"Got kernel {kernel.name} with feature_maps={cap.feature_maps}; drift draws "
+                f"one of {DRIFT_FEATURE_MAPS} (with gate={gate!r})."
             )
         self.kernel = kernel
         self.feature_map = maps[0]
         self.gate = gate
+        self.normalize = False not in cap.normalize
+        self.eps = (1e-6 if cap.configurable else cap.eps) if self.normalize else 0.0
         self.final_state = cap.final_state
 
     def inputs(self, settings: DriftSettings) -> dict[str, torch.Tensor]:
-        """q, k, v ~ N(0, 1) ``[B, max_T, H, K]``, g = logsigmoid(N(6, 1)) ``[B, max_T, H]``."""
+        """q, k, v ~ N(0, 1) ``[B, max_T, H, K]`` (|q|, |k| normalized), g = logsigmoid(N(6, 1))."""
         s = settings
         gen = torch.Generator().manual_seed(s.seed)
         shape = (s.batch, s.max_T, s.heads)
@@ -73,14 +88,17 @@ class LinearDriver:
             "k": _normal(gen, *shape, s.head_dim),
             "v": _normal(gen, *shape, s.value_dim),
         }
-        if self.gate == "scalar":
-            out["g"] = torch.nn.functional.logsigmoid(_normal(gen, *shape) + GATE_BIAS)
+        if self.normalize:
+            out["q"], out["k"] = out["q"].abs(), out["k"].abs()
+        if self.gate != "none":
+            g_shape = (*shape, s.head_dim) if self.gate == "vector" else shape
+            out["g"] = torch.nn.functional.logsigmoid(_normal(gen, *g_shape) + GATE_BIAS)
         return out
 
     def measure(self, variant: Variant, inputs: dict[str, torch.Tensor], T: int) -> DriftPoint:
         """Run ``variant`` on the first T tokens and judge it."""
-        from linattn_verify.linear_attn.drift_linear import linear_forward_bounds
         from linattn_verify.linear_attn.semantics import validate_problem
+        from linattn_verify.linear_attn.tolerance import forward_bounds
 
         x = cast_inputs(inputs, T, variant.dtype)
         kernel = variant.kernel
@@ -89,12 +107,19 @@ class LinearDriver:
             x["k"],
             x["v"],
             x.get("g"),
+            normalize=self.normalize,
+            eps=self.eps,
             feature_map=self.feature_map,
             output_final_state=self.final_state,
         )
         problem = kernel.prepare(problem)
         _require(kernel.supports(problem))
-        return _judged(variant, T, problem, linear_forward_bounds, self.final_state)
+
+        def bounds_of(p: Any, recipe: Any) -> dict[str, Any]:
+            zero = kernel.capabilities.zero_denominator
+            return forward_bounds(p, recipe, zero_denominator=zero).tensors
+
+        return _judged(variant, T, problem, bounds_of, self.final_state)
 
 
 class DeltaDriver:
@@ -104,11 +129,10 @@ class DeltaDriver:
         cap = kernel.capabilities
         gate = settings.gate
         if gate == "auto":
-            gate = "scalar" if "scalar" in cap.gates else "none"
+            gate = next(g for g in ("scalar", "vector", "none") if g in cap.gates)
         if gate not in cap.gates:
             raise InvalidArgument(
-                f"Got gate={gate!r}, but {kernel.name} declares gates={cap.gates} (drift draws "
-                "a scalar gate or none)."
+                f"Got gate={gate!r}, but {kernel.name} declares gates={cap.gates}."
             )
         self.kernel = kernel
         self.gate = gate
@@ -116,7 +140,10 @@ class DeltaDriver:
         self.final_state = cap.final_state
 
     def inputs(self, settings: DriftSettings) -> dict[str, torch.Tensor]:
-        """q, v ~ N(0, 1), unit-norm k, beta = sigmoid(N(0, 1)), g = logsigmoid(N(6, 1))."""
+        """q, v ~ N(0, 1), unit-norm k, beta = sigmoid(N(0, 1)), g = logsigmoid(N(6, 1)).
+
+        g is ``[B, T, H]``, or ``[B, T, H, K]`` for a vector gate.
+        """
         s = settings
         gen = torch.Generator().manual_seed(s.seed)
         shape = (s.batch, s.max_T, s.heads)
@@ -126,8 +153,9 @@ class DeltaDriver:
             "v": _normal(gen, *shape, s.value_dim),
             "beta": torch.sigmoid(_normal(gen, *shape)),
         }
-        if self.gate == "scalar":
-            out["g"] = torch.nn.functional.logsigmoid(_normal(gen, *shape) + GATE_BIAS)
+        if self.gate != "none":
+            g_shape = (*shape, s.head_dim) if self.gate == "vector" else shape
+            out["g"] = torch.nn.functional.logsigmoid(_normal(gen, *g_shape) + GATE_BIAS)
         return out
 
     def measure(self, variant: Variant, inputs: dict[str, torch.Tensor], T: int) -> DriftPoint:

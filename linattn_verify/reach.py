@@ -8,10 +8,10 @@ right below those sizes and wrong above them. `reach_plan` lists the sizes aroun
 boundaries, cheapest first:
 
 * T around the kernel's chunk sizes (C, C + 1, 2C + 1: the work split across chunks) and around
-  256, 512, 1024, 2048, 4096 (n and n + 1), at a realistic head dim;
+  the powers of two from 256 to 65,536 (n and n + 1), at a realistic head dim;
 * K and V around 16, 32, 64, 128, 256 and the declared maximum (d, d + 1 on either side), at
   T = C + 1;
-* long sequences with large heads (T = 1024 and 4096 at K = V = 128).
+* long sequences with large heads (T = 1024, 4096 and 16,384 at K = V = 128).
 
 `ReachRun` walks the plan's (size, property) items in order and runs an item only when its cost,
 predicted from the last measured item of the same property, fits in what is left of the reach's
@@ -19,14 +19,15 @@ time, so a fast kernel gets long sequences and large heads and an interpreted on
 property whose bound certified nothing at some size (``ill_conditioned``) is not run at larger
 ones, where its bound is blunter still: its time goes to the others (the delta family's chunk
 gradients of a kernel not declaring ``--causal-exact`` are charged a pivoting solver and decide
-nothing past T = 64 at realistic sizes; the forward pass then reaches T = 4096). At
+nothing past T = 64 at realistic sizes; the forward pass then goes on). At
 sizes where the work is split (T > C) the forward pass is rerun `RERUNS` more times against the
 oracle: a kernel that is wrong only now and then (a race that loses a chunk's state on one call in
 four) is caught there, whether or not it promises bit-identical reruns.
 
 The plan is family-free; each family builds its cases at the plan's sizes
-(`linattn_verify.core.Family.reach_case`) and says which sizes it can judge at all
-(`linattn_verify.core.Family.reach_fits`).
+(`linattn_verify.core.Family.reach_case`). Every family judges every size in O(T) time and memory
+(the linear family's bounds by a block scan beyond `DENSE_TOKENS` tokens), so only time limits
+the reach.
 """
 
 from __future__ import annotations
@@ -38,13 +39,13 @@ from typing import Any
 
 from linattn_verify.typing import torch_dtype
 
-SEQ_LEN_MARKS = (256, 512, 1024, 2048, 4096)
+SEQ_LEN_MARKS = tuple(2**n for n in range(8, 17))  # 256 ... 65,536
 """Sequence lengths where kernels switch paths or overflow offsets; n and n + 1 are checked."""
 
 HEAD_DIM_MARKS = (16, 32, 64, 128, 256)
 """Head dims where kernels switch block sizes; d and d + 1 (in K and in V) are checked."""
 
-MAX_SEQ_LEN = 4096
+MAX_SEQ_LEN = 65536
 """The longest T reached when ``check --max-seq-len`` does not cap it lower."""
 
 SEQ_HEAD_DIM = 64
@@ -52,6 +53,12 @@ SEQ_HEAD_DIM = 64
 
 LONG_HEAD_DIM = 128
 """K = V of the long-sequence, large-head items."""
+
+LONG_SEQ_LENS = (1024, 4096, 16384)
+"""T of the long-sequence, large-head items."""
+
+DENSE_COST_TOKENS = 1024
+"""Up to this T a case's bounds cost ~T² (dense pair matrices), beyond it ~T (a block scan)."""
 
 DEFAULT_CHUNK = 64
 """The chunk boundary checked for a kernel that declares no chunk size."""
@@ -82,8 +89,8 @@ class Size:
 
     @property
     def work(self) -> float:
-        """The cost model: the oracle's bounds are quadratic in T, the kernel ~ T·K·V."""
-        return float(self.T * self.T + self.T * self.K * self.V / 32)
+        """The cost model: bounds ~T² up to `DENSE_COST_TOKENS` and ~T beyond, kernel ~ T·K·V."""
+        return float(self.T * min(self.T, DENSE_COST_TOKENS) + self.T * self.K * self.V / 32)
 
 
 @dataclass(frozen=True)
@@ -105,19 +112,12 @@ def chunk_sizes(kernel: Any) -> tuple[int, ...]:
     return (DEFAULT_CHUNK,)
 
 
-def boundary_sizes(
-    kernel: Any,
-    *,
-    max_seq_len: int | None = None,
-    fits: Callable[[int, int, int], bool] | None = None,
-) -> tuple[Size, ...]:
+def boundary_sizes(kernel: Any, *, max_seq_len: int | None = None) -> tuple[Size, ...]:
     """The sizes of the reach for ``kernel``, cheapest first, within its head-dim limits.
 
     Args:
         kernel: The kernel under test, of any family (its chunk sizes and head-dim limits).
         max_seq_len: The longest T (`MAX_SEQ_LEN` when `None`).
-        fits: ``(T, K, V) -> bool``: whether the family can judge that size at all (its
-            family's `linattn_verify.core.Family.reach_fits`). Default: every size.
     """
     cap = kernel.capabilities
     top_T = MAX_SEQ_LEN if max_seq_len is None else min(max_seq_len, MAX_SEQ_LEN)
@@ -128,8 +128,6 @@ def boundary_sizes(
     sizes: dict[tuple[int, int, int], Size] = {}
 
     def add(T: int, K: int, V: int, why: str, rerun: bool = False) -> None:
-        if fits is not None and not fits(T, K, V):
-            return
         if 1 <= T <= top_T and lo <= min(K, V) and max(K, V) <= hi:
             sizes.setdefault((T, K, V), Size(T, K, V, why, rerun))
 
@@ -143,18 +141,14 @@ def boundary_sizes(
     for d in sorted({*HEAD_DIM_MARKS, hi}):
         for K, V in ((d, d), (d + 1, d), (d, d + 1)):
             add(min(split_T, top_T), K, V, f"head dims around {d}")
-    for T in (1024, MAX_SEQ_LEN):
+    for T in LONG_SEQ_LENS:
         big = max(lo, min(LONG_HEAD_DIM, hi))
         add(T, big, big, "a long sequence with large heads")
     return tuple(sorted(sizes.values(), key=lambda s: (s.work, s.T, s.K, s.V)))
 
 
 def reach_plan(
-    kernel: Any,
-    properties: tuple[str, ...],
-    *,
-    max_seq_len: int | None = None,
-    fits: Callable[[int, int, int], bool] | None = None,
+    kernel: Any, properties: tuple[str, ...], *, max_seq_len: int | None = None
 ) -> tuple[Item, ...]:
     """The reach's items for ``kernel``: each size with each of ``properties`` it has, in order.
 
@@ -162,7 +156,7 @@ def reach_plan(
     smallest chunk size (``Size.rerun``) the forward property is repeated `RERUNS` times.
     """
     items: list[Item] = []
-    for size in boundary_sizes(kernel, max_seq_len=max_seq_len, fits=fits):
+    for size in boundary_sizes(kernel, max_seq_len=max_seq_len):
         for name in PROPERTIES:
             if name in properties:
                 items.append(Item(size, name))

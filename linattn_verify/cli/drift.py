@@ -81,10 +81,11 @@ def add_parser(sub: Any, family: str) -> None:
     )
     drift.add_argument(
         "--gate",
-        choices=("auto", "scalar", "none"),
+        choices=("auto", "scalar", "vector", "none"),
         default="auto",
-        help="the decay drawn: a scalar gate logsigmoid(N(6, 1)) or none; auto: scalar where "
-        "the kernel takes one. Default: %(default)s",
+        help="the decay drawn: a scalar gate logsigmoid(N(6, 1)), a vector gate (one per key "
+        "dimension, linear family) or none; auto: scalar where the kernel takes one, vector "
+        "where it requires one. Default: %(default)s",
     )
     drift.add_argument("--batch", type=positive, default=1, help="B. Default: %(default)r")
     drift.add_argument("--heads", type=positive, default=2, help="H. Default: %(default)r")

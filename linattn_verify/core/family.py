@@ -214,11 +214,6 @@ class Family(ABC, Generic[KernelT, CaseT, ProblemT]):
         """
         raise NotImplementedError(f"The {self.name} family has no size reach.")
 
-    def reach_fits(self, kernel: KernelT, T: int, K: int, V: int) -> bool:
-        """Whether the family can judge ``kernel`` at size (T, K, V) at all. Default: always."""
-        del kernel, T, K, V
-        return True
-
     def recipe_ladders(
         self, declared: Any, case: CaseT, kernel: KernelT, dtype: torch.dtype
     ) -> Ladders | None:

@@ -6,7 +6,7 @@ ladders), `semantics` (the problem), `oracles` (float64, double-double and mpmat
 `tolerance` with `_bounds` (the error bounds), `recipe` and `recipe_ladders` (how a kernel
 rounds, and what a diagnosis tries), `strategies` (cases), `kernel` and `targets` (its kernel
 type and the kernel source of ``check``), `reference_kernels`, `adapters` (FLA's kernels),
-`feature_maps`, `drift_linear` (the O(T) bound of ``drift``) and `reach` (the size reach).
+`feature_maps` and `reach` (the size reach).
 Shared code reaches it through `family.LinearAttnFamily`; what both families use lives in
 `linattn_verify.core`.
 """

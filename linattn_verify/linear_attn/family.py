@@ -254,12 +254,6 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
 
         return reach_spec(kernel, size, seed)
 
-    def reach_fits(self, kernel: Kernel, T: int, K: int, V: int) -> bool:
-        """`linattn_verify.linear_attn.reach.reach_fits` (the vector-gate bounds' T² cost)."""
-        from linattn_verify.linear_attn.reach import reach_fits
-
-        return reach_fits(kernel, T, K, V)
-
     def drift_driver(self, kernel: Kernel, settings: Any) -> Any:
         """`linattn_verify.drift_families.LinearDriver`."""
         from linattn_verify.drift_families import LinearDriver

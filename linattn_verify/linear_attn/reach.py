@@ -17,24 +17,11 @@ from linattn_verify.typing import LIFTED_MAPS
 REACH_MAX_FEATURES = 64
 """Largest feature dimension F of a lifted map's reach cases (its state is F x V)."""
 
-VECTOR_BOUND_ELEMENTS = 2 * 64 * 512**2
-"""The largest H·K·T² of a reach case with a vector gate (H = 2, K = 64, T = 512). The vector-gate
-bounds hold [H, K, T, T] float64 weights (docs/error-model.md §2.7): measured on the 2-core CPU,
-T = 512 at K = 64 takes 14 s and 2.1 GB for the gradient bound, T = 1024 would take four times
-that. Kernels that take scalar gates reach every size with them; those that take only vector
-gates (FLA's GLA) stop here."""
-
 
 def vector_gated(kernel: Kernel) -> bool:
     """Whether ``kernel``'s decay is a vector gate only (its reach cases then have one)."""
     cap = kernel.capabilities
     return cap.decay and kernel.implied_decay is None and "scalar" not in cap.gates
-
-
-def reach_fits(kernel: Kernel, T: int, K: int, V: int) -> bool:
-    """Whether a reach size is judged (a vector-gate-only kernel: `VECTOR_BOUND_ELEMENTS`)."""
-    del V
-    return not vector_gated(kernel) or REACH_HEADS * K * T * T <= VECTOR_BOUND_ELEMENTS
 
 
 def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
@@ -104,8 +91,6 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
 
 __all__ = [
     "REACH_MAX_FEATURES",
-    "VECTOR_BOUND_ELEMENTS",
-    "reach_fits",
     "reach_spec",
     "vector_gated",
 ]

@@ -82,10 +82,13 @@ from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn._bounds.dependence import depends_on_rows
 from linattn_verify.linear_attn._bounds.forward import ForwardPieces, forward_sequence
 from linattn_verify.linear_attn._bounds.gradients import Cotangents, backward_sequence
-from linattn_verify.linear_attn._bounds.terms import SequenceTerms, Units
+from linattn_verify.linear_attn._bounds.terms import DENSE_TOKENS, SequenceTerms, Units
 from linattn_verify.linear_attn._bounds.vector_gradients import vector_backward_sequence
 from linattn_verify.linear_attn.recipe import PrecisionRecipe, dtype_name
 from linattn_verify.linear_attn.semantics import Problem
+
+ORACLE_CHUNK = 64
+"""Chunk size of the float64 chunked oracle used beyond `DENSE_TOKENS` tokens."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ def forward_bounds(
     *,
     zero_denominator: ZeroDenominator = "zero",
     causal_exact: bool = True,
+    scan_block: int | None = None,
 ) -> ForwardBounds:
     """Compute the exact forward result and its error bounds for a kernel following ``recipe``.
 
@@ -158,6 +162,11 @@ def forward_bounds(
             of every token of a block its form touches reaches each output: decay weights may
             come from a reference point anywhere in the block (docs/error-model.md §4.1).
             Default: `True`.
+        scan_block: Tokens per block of the O(T) evaluation of the pair sums
+            (`linattn_verify.linear_attn._bounds.pairwise`; rounded up to a multiple of the
+            recipe's chunk size), or `None`: dense [L, L+1] pair matrices up to
+            `DENSE_TOKENS` tokens per sequence, the scan with `SCAN_TOKENS` beyond. The
+            gradient bounds built on the result evaluate the same way. Default: `None`.
 
     Returns:
         `ForwardBounds`: the absolute bound tensors (``o`` ``[B, T, H, V]``, ``final_state``
@@ -168,7 +177,9 @@ def forward_bounds(
     per_seq: list[dict[str, torch.Tensor]] = []
     pieces: list[ForwardPieces] = []
     for n, b, start, end in p.sequences():
-        seq = SequenceTerms(p, recipe, units, n, b, start, end, causal_exact=causal_exact)
+        seq = SequenceTerms(
+            p, recipe, units, n, b, start, end, causal_exact=causal_exact, scan_block=scan_block
+        )
         values, piece = forward_sequence(seq, p)
         per_seq.append(values)
         pieces.append(piece)
@@ -352,17 +363,23 @@ def reference_gradients(
 ) -> dict[str, torch.Tensor]:
     """Return the exact (float64) gradients of <o, do> + <S_T, dS_T> + <z_T, dz_T>.
 
-    Computed by torch autograd through the float64 parallel reference. Keys are those of
-    `GRADIENT_NAMES` whose input exists (``g`` only with decay, ``initial_state`` only when one
-    was given).
+    Computed by torch autograd through the float64 parallel reference, or for sequences longer
+    than `DENSE_TOKENS` the chunked one (O(T·C) time and memory; docs/error-model.md §6.4).
+    Keys are those of `GRADIENT_NAMES` whose input exists (``g`` only with decay,
+    ``initial_state`` only when one was given).
     """
+    from linattn_verify.linear_attn.oracles.chunk import chunk_reference
     from linattn_verify.linear_attn.oracles.parallel import parallel_reference
 
     p = problem.to(torch.float64)
     _split_final_cotangent(d_final_state, p)  # validates the cotangent's layout
     p, leaves = replace(p, output_final_state=True).with_grad_leaves()
+    longest = max((end - start for _, _, start, end in p.sequences()), default=0)
     with torch.enable_grad():
-        o, final = parallel_reference(p)
+        if longest <= DENSE_TOKENS:
+            o, final = parallel_reference(p)
+        else:
+            o, final = chunk_reference(p, chunk_size=ORACLE_CHUNK)
         loss = cotangent_loss(o, final, do, d_final_state)
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     return {

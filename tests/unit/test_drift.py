@@ -1,6 +1,8 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""`linattn_verify.drift`: the O(T) bound equals the dense one, correct kernels stay within it
-at every T, a planted bf16 state is flagged, the budget stops the run, settings are checked."""
+"""`linattn_verify.drift`: correct kernels stay within their O(T) bound at every T (scalar and
+vector gates), a planted bf16 state is flagged, the budget stops the run, settings are checked.
+
+That the O(T) bound equals the dense one is `test_bound_scan`'s."""
 
 from __future__ import annotations
 
@@ -22,65 +24,11 @@ from linattn_verify.drift import (
     measure_drift,
 )
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.linear_attn.drift_linear import linear_forward_bounds
-from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.reference_kernels import with_state_dtype
-from linattn_verify.linear_attn.semantics import validate_problem
-from linattn_verify.linear_attn.tolerance import forward_bounds
 from linattn_verify.registry import get_kernel
 from linattn_verify.results import FAIL_THRESHOLD
 
 SMALL = {"max_T": 256, "heads": 1, "head_dim": 16, "value_dim": 16}
-
-
-def _problem(T: int, dtype: torch.dtype, *, gate: bool, feature_map: str = "identity") -> object:
-    gen = torch.Generator().manual_seed(T)
-    q, k = torch.randn(2, T, 2, 8, generator=gen), torch.randn(2, T, 2, 8, generator=gen)
-    v = torch.randn(2, T, 2, 5, generator=gen)
-    g = torch.nn.functional.logsigmoid(torch.randn(2, T, 2, generator=gen) + 2) if gate else None
-    return validate_problem(
-        q.to(dtype),
-        k.to(dtype),
-        v.to(dtype),
-        None if g is None else g.to(dtype),
-        scale=0.3,
-        feature_map=feature_map,
-        output_final_state=True,
-    )
-
-
-RECIPES = [
-    PrecisionRecipe(form=form, decay_scan=scan, chunk_size=C, dots_on_path=2, **casts)
-    for form, scan, C, casts in itertools.product(
-        ("chunk", "recurrent", "parallel", None),
-        ("chunk_local", "per_step", "global"),
-        (4, 16),
-        ({}, {"intermediate_dtype": "bfloat16", "casts_on_path": 1}),
-    )
-]
-
-
-@pytest.mark.parametrize(
-    "recipe", RECIPES, ids=lambda r: f"{r.form}-{r.decay_scan}-C{r.chunk_size}-c{r.casts_on_path}"
-)
-@pytest.mark.parametrize("gate", [False, True], ids=["nogate", "gate"])
-def test_linear_bound_equals_the_dense_bound(recipe: PrecisionRecipe, gate: bool) -> None:
-    # T = 37 and 130 leave partial chunks and partial scan blocks (BLOCK_TOKENS = 64).
-    for T, dtype, fmap in ((37, torch.bfloat16, "relu"), (130, torch.float32, "identity")):
-        p = _problem(T, dtype, gate=gate, feature_map=fmap)
-        ours = linear_forward_bounds(p, recipe)  # type: ignore[arg-type]
-        dense = forward_bounds(p, recipe).tensors  # type: ignore[arg-type]
-        for name in ("o", "final_state"):
-            for field in ("bound", "magnitude", "count"):
-                a, b = getattr(ours[name], field), getattr(dense[name], field)
-                torch.testing.assert_close(a, b, rtol=1e-9, atol=0.0, msg=f"{name}.{field} T={T}")
-            torch.testing.assert_close(ours[name].reference, dense[name].reference)
-
-
-def test_linear_bound_refuses_what_it_does_not_cover() -> None:
-    p = validate_problem(*(torch.randn(1, 8, 1, 4) for _ in range(3)), normalize=True)
-    with pytest.raises(InvalidArgument, match="normalize=True"):
-        linear_forward_bounds(p, PrecisionRecipe(form="chunk"))
 
 
 def _drift(name: str, **settings: object) -> list[DriftPoint]:
@@ -110,6 +58,13 @@ def test_reference_kernels_stay_within_their_bound_as_T_grows(name: str) -> None
         assert b.max_bound >= a.max_bound
     assert o[-1].max_err > o[0].max_err
     assert o[-1].max_bound > o[0].max_bound
+
+
+def test_a_vector_gate_is_drifted_within_its_bound() -> None:
+    # GLA's gate, one decay per key dimension: its bound is the block scan's too.
+    points = _drift("torch/chunk", gate="vector", max_T=256)
+    assert {p.T for p in points} == {64, 128, 256}
+    assert all(not p.failed and p.max_r <= 1.0 for p in points), [p.tensors for p in points]
 
 
 @pytest.mark.parametrize("name", ["torch/chunk", "torch/delta.chunk"])
@@ -166,7 +121,7 @@ def test_max_T_reached_is_reported() -> None:
         ({"budget": 0.0}, "budget"),
         ({"dtypes": ("float8",)}, "dtypes"),
         ({"state_dtypes": ()}, "state_dtypes"),
-        ({"gate": "vector"}, "gate"),
+        ({"gate": "diagonal"}, "gate"),
         ({"heads": 0}, "heads"),
     ],
 )

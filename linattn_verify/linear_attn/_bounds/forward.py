@@ -40,16 +40,16 @@ def scalar_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     count = K + 2 + seq.acc_fwd  # [L, L+1]
     U = u.acc * count + seq.eps_w + u.per_term  # [H?, L, L+1]
     W = seq.W
-    absA = qa @ ka.transpose(-1, -2)  # [H, L, L]
+    absA = seq.outer(qa, ka)  # [H, L, L]
     # φ errors, and underflow inside the K-dot, as absolute errors of A_tj.
-    Ephi = seq.q_err @ ka.transpose(-1, -2) + qa @ seq.k_err.transpose(-1, -2)
+    Ephi = seq.outer(seq.q_err, ka) + seq.outer(qa, seq.k_err)
     Ephi = Ephi + u.underflow * (K + 2)
     qS0a = qa @ S0a  # [H, L, V]
     qz0a = (qa * z0a[:, None, :]).sum(-1)  # [H, L]
     w0, W_tok = W[..., 0], W[..., 1:]
     U0, U_tok = U[..., 0], U[..., 1:]
     # Exact values (the float64 parallel form) and their magnitudes.
-    A = seq.q_feat @ seq.k_feat.transpose(-1, -2)
+    A = seq.outer(seq.q_feat, seq.k_feat)
     N = seq.signed_scale * ((W_tok * A) @ seq.v + w0[..., None] * (seq.q_feat @ seq.S0))
     M_N = s * ((W_tok * absA) @ va + w0[..., None] * qS0a)
     Wa_tok, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]  # absolute weight errors (underflow)
@@ -94,7 +94,6 @@ def scalar_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
         N=N,
         M_N=M_N,
         B_N=B_N,
-        live_tok=(W_tok > 0).to(N.dtype),
         S_T=S_T,
         M_S=M_S,
         B_S=B_S,
@@ -117,7 +116,8 @@ def forward_sequence(
     count = seq.dot_length + 2 + seq.acc_fwd  # [L, L+1]
     main = vector_main_terms(seq, p) if seq.vector else scalar_main_terms(seq, p)
     N, M_N, B_N = main.N, main.M_N, main.B_N
-    max_count = torch.where(seq.causal, count, 0.0).amax(-1).to(N.dtype)  # [L]
+    # Every form's count falls with j: a row's largest is its initial-state column's.
+    max_count = count[..., 0].reshape(seq.L).to(N.dtype)  # [L]
     L = seq.L
     # Absolute errors: an underflowing rounding anywhere on a term's path (at most one smallest
     # normal each), and tiny values lost to casts of P (per term) or of the state (per feature).
@@ -125,7 +125,9 @@ def forward_sequence(
     underflow = (u.underflow * terms * max_count)[None, :, None]  # [1, L, 1]
     lost = u.lost_intermediate
     cast_row = lost * s * qa.sum(-1, keepdim=True)  # [H, L, 1]
-    B_N = B_N + underflow + cast_row + lost * main.live_tok @ va
+    # Casts of P's terms: every key j <= t (those whose float64 weight underflows to 0 too,
+    # an over-count of at most ℓ Σ|v| per row that keeps the sum a prefix sum).
+    B_N = B_N + underflow + cast_row + lost * torch.cumsum(va, 1)
     out: dict[str, torch.Tensor] = {}
     if p.normalize:
         assert main.Z is not None

@@ -38,7 +38,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     do_o = (doa * f.o.abs()).sum(-1) * nz  # |do_t|·|o_t|, [H, L]
     delta_err_raw = (doa * f.B_o).sum(-1) * nz  # error of δ_t from the kernel's ô, [H, L]
     delta_err = delta_err_raw * zeta[..., 0]
-    R = (doa @ va.transpose(-1, -2) + do_o[..., None]) * zeta  # |dP_tj|, [H, L, L]
+    R = (seq.outer(doa, va) + do_o[..., None]) * zeta  # |dP_tj|, [H, L, L]
     R0 = (doa @ S0a.transpose(-1, -2) + do_o[..., None] * z0a[:, None, :]) * zeta  # [H, L, K]
     count = seq.dot_length + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
     Ub = u.acc * count + seq.eps_w + u.per_term + e_Z  # [H, L, L+1]
@@ -47,40 +47,53 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     wE0, wE = seq.W_end[:, 0], seq.W_end[:, 1:]  # [H], [H, L]
     U_S = u.acc * (seq.acc_state + seq.V + 4) + seq.eps_w_end + u.per_term  # [H, L+1]
     US0, US = U_S[:, 0], U_S[:, 1:]
-    absA = qa @ ka.transpose(-1, -2)
+    absA = seq.outer(qa, ka)
     # φ errors, and underflow inside the K-dot, as absolute errors of A_tj (as in the forward):
     # an underflowed A_tj is later divided by a possibly tiny Z_t, so it must enter before ζ.
-    Ephi = seq.q_err @ ka.transpose(-1, -2) + qa @ seq.k_err.transpose(-1, -2)
+    Ephi = seq.outer(seq.q_err, ka) + seq.outer(qa, seq.k_err)
     Ephi = Ephi + u.underflow * (seq.dot_length + 2)
     WR = W_tok * R
     # Underflow in do_t·v_j is likewise absolute before the division by Z_t; so are the quotient
     # adjoints' below the division dtype's normal range.
     dot_underflow = u.underflow * (seq.V + 2) * zeta
     adj = adjoint_errors(f, zeta, normalize)
-    WRerr = W_tok * (Ub_tok * R + delta_err[..., None] + dot_underflow + adj.P)
     out: dict[str, torch.Tensor] = {}
+    # The contractions over pairs, each once (a row factor such as ζ_t rides on the vector it
+    # multiplies): over keys j <= t for dφ(q), over rows t >= j for dφ(k) and dv. dG pairs them
+    # with q̃_t and k̃_t: Σ_j w_tj |A_tj| R_tj = |q̃_t|·(Σ_j w_tj R_tj |k̃_j|), and so on.
+    K = ka.shape[-1]
+    WR_k = WR @ torch.cat([ka, seq.k_err, torch.ones_like(ka[..., :1])], -1)
+    WR_ka, WR_kerr, WR_rows = WR_k[..., :K], WR_k[..., K : 2 * K], WR_k[..., -1]
+    WR_q = WR.transpose(-1, -2) @ torch.cat([qa, seq.q_err, torch.ones_like(qa[..., :1])], -1)
+    WR_qa, WR_qerr, WR_cols = WR_q[..., :K], WR_q[..., K : 2 * K], WR_q[..., -1]
+    # The relative-error part of |dP| (counts, weights, e_Z), δ_t's error and the adjoints'.
+    core = W_tok * (Ub_tok * R + delta_err[..., None] + adj.P)
+    core_ka = core @ ka
+    core_qa = core.transpose(-1, -2) @ qa
     # dφ(q) and dφ(k).
-    M_dqf = s * (WR @ ka + w0[..., None] * R0)
+    M_dqf = s * (WR_ka + w0[..., None] * R0)
     B_dqf = s * (
-        WRerr @ ka
-        + WR @ seq.k_err
+        core_ka
+        + dot_underflow * (W_tok @ ka)
+        + WR_kerr
         + (Ub0 * w0)[..., None] * R0
         + (w0 * delta_err)[..., None] * z0a[:, None, :] * nz
         + w0[..., None] * adj.P0
     )
     final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # [H, L, K]
-    M_dkf = s * WR.transpose(-1, -2) @ qa + wE[..., None] * final_k
-    B_dkf = s * (WRerr.transpose(-1, -2) @ qa + WR.transpose(-1, -2) @ seq.q_err) + (
+    M_dkf = s * WR_qa + wE[..., None] * final_k
+    B_dkf = s * (core_qa + W_tok.transpose(-1, -2) @ (dot_underflow * qa) + WR_qerr) + (
         (wE * US)[..., None] * final_k
     )
-    # dv.
-    Pz = s * W_tok * absA * zeta
+    # dv: Σ_t w_tj |A_tj| ζ_t |do_t| and Σ_t w_tj |A_tj| (the adjoint dN's weight).
     final_v = ka @ dSa  # [H, L, V]
-    out["M_v"] = Pz.transpose(-1, -2) @ doa + wE[..., None] * final_v
-    out["B_v"] = (s * W_tok * (Ub_tok * absA + Ephi) * zeta).transpose(-1, -2) @ doa + (
+    V = doa.shape[-1]
+    A_do = (W_tok * absA).transpose(-1, -2) @ torch.cat([zeta * doa, torch.ones_like(zeta)], -1)
+    out["M_v"] = s * A_do[..., :V] + wE[..., None] * final_v
+    out["B_v"] = (s * W_tok * (Ub_tok * absA + Ephi)).transpose(-1, -2) @ (zeta * doa) + (
         (wE * US)[..., None] * final_v + wE[..., None] * (seq.k_err @ dSa)
     )
-    out["B_v"] = out["B_v"] + adj.dN * (s * W_tok * absA).sum(-2)[..., None]
+    out["B_v"] = out["B_v"] + adj.dN * s * A_do[..., V:]
     # dS_0 and dz_0.
     qz = s * qa * (w0 * zeta[..., 0])[..., None]  # [H, L, K]
     qz_err = s * seq.q_err * (w0 * zeta[..., 0])[..., None]
@@ -98,8 +111,24 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
         + (q0 * adj.dZ).sum(1)
     )
     # dG_t = q̃_t·dq̃_t - k̃_t·dk̃_t (+ the final-state pairing at t = L); dg = reverse cumsum.
-    Q = s * W_tok * absA * R
-    Q_err = s * W_tok * (Ub_tok * absA * R + absA * (delta_err[..., None] + adj.P) + Ephi * R)
+    # Its pair terms Q_tj = s w_tj |A_tj| R_tj, summed over j and over t, and their errors
+    # s w_tj (U_tj |A_tj| R_tj + |A_tj| (δ-error_t + adjoint_tj) + E^φ_tj R_tj), with
+    # E^φ = |Δφ(q)|·|φ(k)| + |φ(q)|·|Δφ(k)| + λ (K + 2), from the contractions above.
+    c_E = u.underflow * (seq.dot_length + 2)
+    Q_rows = s * (qa * WR_ka).sum(-1)
+    Q_cols = s * (ka * WR_qa).sum(-1)
+    Q_err_rows = s * (
+        (qa * core_ka).sum(-1)
+        + (seq.q_err * WR_ka).sum(-1)
+        + (qa * WR_kerr).sum(-1)
+        + c_E * WR_rows
+    )
+    Q_err_cols = s * (
+        (ka * core_qa).sum(-1)
+        + (seq.k_err * WR_qa).sum(-1)
+        + (ka * WR_qerr).sum(-1)
+        + c_E * WR_cols
+    )
     Q0 = s * w0 * (qa * R0).sum(-1)
     Q0_err = (
         s
@@ -116,12 +145,15 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
         ((seq.k_err @ dSa) * va).sum(-1) + nz * (seq.k_err * dza[:, None, :]).sum(-1)
     )
     F0 = wE0 * ((dSa * S0a).sum((-1, -2)) + nz * (dza * z0a).sum(-1))
-    M_dG = Q.sum(-1) + Q0 + Q.sum(-2) + F
-    B_dG = Q_err.sum(-1) + Q0_err + Q_err.sum(-2) + F_err + u.acc * (seq.dot_length + 2) * M_dG
+    M_dG = Q_rows + Q0 + Q_cols + F
+    B_dG = Q_err_rows + Q0_err + Q_err_cols + F_err + u.acc * (seq.dot_length + 2) * M_dG
     if seq.L:
         M_dG[:, -1] += F.sum(-1) + F0
         B_dG[:, -1] += F_err.sum(-1) + F0 * US0
-    B_dqf, B_dkf, B_dG = _add_lost_intermediates(out, f, ct, R, zeta, do_o, B_dqf, B_dkf, B_dG)
+    C_dqf, C_dkf, q1, k1 = lost_intermediates(out, f, ct, zeta)
+    B_dqf, B_dkf = B_dqf + C_dqf, B_dkf + C_dkf
+    lost = seq.units.lost_intermediate
+    B_dG = B_dG + (q1 * C_dqf).sum(-1) + (k1 * C_dkf).sum(-1) + lost * seq.dot_length
     B_dqf, B_dkf, B_dG = _add_weight_underflow(
         out, f, ct, R, R0, zeta, do_o, final_k, final_v, B_dqf, B_dkf, B_dG
     )
@@ -132,12 +164,13 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     add_feature_map_chain(out, seq, (M_dqf, B_dqf), (M_dkf, B_dkf))
     # Unverifiable: anything that depends on a row whose denominator is not certified.
     bad = unverifiable_rows(f)
-    bad_key = ((W_tok > 0) & bad[..., None]).any(-2)  # [H, L]: some later row t >= j is bad
+    bad_key = seq.keys_seen_by(bad)  # [H, L]: some later row t >= j is bad
     bad_G = bad | bad_key
     bad_g = torch.flip(torch.cummax(torch.flip(bad_G.to(torch.int8), [-1]), -1).values, [-1]) > 0
     out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
     out["bad_S0"] = (bad & (w0 > 0)).any(-1)  # [H]
-    out["count"] = (count.max() if count.numel() else Ub.new_zeros(())).expand(1)
+    # Every form's count falls with j: the largest is in the initial-state column.
+    out["count"] = (count[..., 0].max() if seq.L else R0.new_zeros(())).expand(1)
     mark_overflow(out, f, ct)
     return out
 
@@ -166,17 +199,19 @@ def _add_weight_underflow(
     WEa, WEa0 = seq.W_end_abs[:, 1:], seq.W_end_abs[:, 0]
     qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
     doa, dSa, dza = ct.do.abs(), ct.dS.abs(), ct.dz.abs()
-    absA = qa @ ka.transpose(-1, -2)
     WaR = Wa * R
-    B_dqf = B_dqf + s * (WaR @ ka + Wa0[..., None] * R0)
-    B_dkf = B_dkf + s * WaR.transpose(-1, -2) @ qa + WEa[..., None] * final_k
-    out["B_v"] = out["B_v"] + (s * Wa * absA * zeta).transpose(-1, -2) @ doa
+    WaR_ka = WaR @ ka
+    WaR_qa = WaR.transpose(-1, -2) @ qa
+    B_dqf = B_dqf + s * (WaR_ka + Wa0[..., None] * R0)
+    B_dkf = B_dkf + s * WaR_qa + WEa[..., None] * final_k
+    out["B_v"] = out["B_v"] + (s * Wa * seq.outer(qa, ka)).transpose(-1, -2) @ (zeta * doa)
     out["B_v"] = out["B_v"] + WEa[..., None] * final_v
     q_weight = s * qa * (Wa0 * zeta[..., 0])[..., None]
     out["B_S0"] = out["B_S0"] + q_weight.transpose(-1, -2) @ doa + WEa0[:, None, None] * dSa
     out["B_z0"] = out["B_z0"] + (q_weight * do_o[..., None]).sum(1) + WEa0[:, None] * dza
-    Qa = s * Wa * absA * R
-    B_dG = B_dG + Qa.sum(-1) + Qa.sum(-2) + s * Wa0 * (qa * R0).sum(-1)
+    # The pair terms s w^abs_tj |A_tj| R_tj summed over j and over t (as Q in the caller).
+    Qa_rows, Qa_cols = s * (qa * WaR_ka).sum(-1), s * (ka * WaR_qa).sum(-1)
+    B_dG = B_dG + Qa_rows + Qa_cols + s * Wa0 * (qa * R0).sum(-1)
     # dz_T is zero for unnormalized problems, so the key-sum pairing adds nothing there.
     F = WEa * ((final_v * va).sum(-1) + (ka * dza[:, None, :]).sum(-1))
     B_dG = B_dG + F
@@ -185,24 +220,22 @@ def _add_weight_underflow(
     return B_dqf, B_dkf, B_dG
 
 
-def _add_lost_intermediates(
-    out: dict[str, torch.Tensor],
-    f: ForwardPieces,
-    ct: Cotangents,
-    R: torch.Tensor,
-    zeta: torch.Tensor,
-    do_o: torch.Tensor,
-    B_dqf: torch.Tensor,
-    B_dkf: torch.Tensor,
-    B_dG: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Add the absolute error of partial products lost to underflow or casts.
+def lost_intermediates(
+    out: dict[str, torch.Tensor], f: ForwardPieces, ct: Cotangents, zeta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Add to dv, dS_0, dz_0 the absolute error of partial products lost to underflow or casts.
 
     A partial product of a term that underflows (or is cast to the intermediate dtype) loses up
     to c = `Units.lost_intermediate` before the remaining factors multiply it. Which factors
     remain depends on the kernel's evaluation order, but their product is at most the product
     of max(1, |f|) over all the term's factors, so each term is charged c · Π max(1, |f|): a
-    bound valid for every order (weights w <= 1 contribute 1).
+    bound valid for every order (weights w <= 1 contribute 1). Every pair of tokens j <= t is
+    charged, those whose float64 weight underflows to 0 too: an over-count (the terms are ~ℓ,
+    1e-37 for fp32) that keeps the charge a block scan.
+
+    Returns:
+        The charges to dφ(q) and dφ(k) ``[H, L, K]`` and the factors max(1, |φ(q)|),
+        max(1, |φ(k)|) with which the caller charges dG.
     """
     seq, c = f.seq, f.seq.units.lost_intermediate
 
@@ -214,20 +247,19 @@ def _add_lost_intermediates(
     S01, z01, do1, o1 = m1(seq.S0), m1(seq.z0), m1(ct.do), m1(f.o)
     dS1, dz1 = m1(ct.dS), m1(ct.dz)
     z1 = m1(zeta)  # [H, L, 1]
-    mask = (seq.W[..., 1:] > 0).to(R.dtype)  # [H, L, L]
+    mask = seq.token_pairs()  # [L, L]
     # dP_tj = (do_t·v_j - do_t·o_t) ζ_t: Σ over the value index of its factor products.
-    P1 = (do1 @ v1.transpose(-1, -2) + (do1 * o1).sum(-1, keepdim=True)) * z1  # [H, L, L]
-    A1 = q1 @ k1.transpose(-1, -2)  # [H, L, L], Σ_m of max1 factor products of q̃·k̃
+    P1 = (seq.outer(do1, v1) + (do1 * o1).sum(-1, keepdim=True)) * z1  # [H, L, L]
+    A1 = seq.outer(q1, k1)  # [H, L, L], Σ_m of max1 factor products of q̃·k̃
     P0 = (do1 @ S01.transpose(-1, -2) + (do1 * o1).sum(-1, keepdim=True) * z01[:, None, :]) * z1
     final_k = v1 @ dS1.transpose(-1, -2) + dz1[:, None, :]  # [H, L, K]
     C_dqf = c * s1 * ((mask * P1) @ k1 + P0)
     C_dkf = c * (s1 * (mask * P1).transpose(-1, -2) @ q1 + final_k)
-    out["B_v"] = out["B_v"] + c * (s1 * (mask * A1 * z1).transpose(-1, -2) @ do1 + k1 @ dS1)
+    out["B_v"] = out["B_v"] + c * (s1 * (mask * A1).transpose(-1, -2) @ (z1 * do1) + k1 @ dS1)
     qz1 = q1 * z1  # [H, L, K]
     out["B_S0"] = out["B_S0"] + c * (s1 * qz1.transpose(-1, -2) @ do1 + dS1)
     out["B_z0"] = out["B_z0"] + c * (s1 * (qz1 * (do1 * o1).sum(-1, keepdim=True)).sum(1) + dz1)
-    C_dG = (q1 * C_dqf).sum(-1) + (k1 * C_dkf).sum(-1) + c * seq.dot_length
-    return B_dqf + C_dqf, B_dkf + C_dkf, B_dG + C_dG
+    return C_dqf, C_dkf, q1, k1
 
 
 def add_feature_map_chain(
@@ -321,7 +353,7 @@ def adjoint_errors(f: ForwardPieces, zeta: torch.Tensor, normalize: bool) -> Adj
     seq = f.seq
     lam = seq.units.adjoint_abs if normalize else 0.0
     dZ = lam * (2 * seq.V + 1) * (1 + zeta**2)  # [H, L, 1]
-    P = lam * seq.v.abs().sum(-1)[:, None, :] + dZ  # [H, L(t), L(j)]
+    P = seq.column(lam * seq.v.abs().sum(-1)) + dZ  # [H, L(t), L(j)]
     P0 = lam * seq.S0.abs().sum(-1)[:, None, :] + dZ * seq.z0.abs()[:, None, :]
     return AdjointErrors(lam, dZ, P, P0)
 

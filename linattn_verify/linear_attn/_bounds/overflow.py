@@ -22,6 +22,7 @@ from typing import Protocol
 
 import torch
 
+from linattn_verify.linear_attn._bounds.pairwise import PairMatrix
 from linattn_verify.linear_attn._bounds.terms import SequenceTerms
 
 
@@ -64,8 +65,14 @@ def _growth(seq: SequenceTerms) -> float:
     return math.exp(n * seq.units.acc)
 
 
-def _row_weights(seq: SequenceTerms) -> torch.Tensor:
-    """w_tj ``[H, L, L+1]``, the largest over key dimensions for a vector gate."""
+def _row_weights(seq: SequenceTerms) -> PairMatrix:
+    """w_tj ``[H, L, L+1]``, the largest over key dimensions for a vector gate.
+
+    The block scan of a vector gate (`SequenceTerms.lazy`) never forms a largest weight: there
+    the bound w_tjm <= 1 (`SequenceTerms.W`), which may mark more rows, never fewer.
+    """
+    if seq.lazy:
+        return seq.W
     if seq.vector:
         return seq.W.reshape(seq.H, seq.K, seq.L, seq.L + 1).amax(1)
     return seq.W.expand(seq.H, -1, -1)
@@ -76,6 +83,26 @@ def _end_weights(seq: SequenceTerms) -> torch.Tensor:
     if seq.vector:
         return seq.W_end.reshape(seq.H, seq.K, seq.L + 1).amax(1)
     return seq.W_end.expand(seq.H, -1)
+
+
+def _largest_scores(
+    seq: SequenceTerms, a: torch.Tensor, b: torch.Tensor, *, causal: bool = True
+) -> torch.Tensor:
+    """max_j a_t·b_j ``[H, L]`` over keys j <= t (``causal``) or all j; a, b >= 0.
+
+    Exact for dense pair quantities. For the block scan (`SequenceTerms.lazy`), whose point is
+    never to form all pairs, the upper bound Σ_m a_tm max_j b_jm: more rows may be marked as
+    possibly overflowing, never fewer.
+    """
+    if not seq.lazy:
+        scores = a @ b.transpose(-1, -2)
+        if causal:
+            scores = torch.where(seq.causal[:, 1:], scores, 0.0)
+        return scores.amax(-1)
+    if not seq.L:
+        return a.new_zeros(a.shape[:2])
+    widest = torch.cummax(b, 1).values if causal else b.amax(1, keepdim=True)
+    return (a * widest).sum(-1)
 
 
 def forward_overflow(
@@ -111,8 +138,7 @@ def forward_overflow(
     if seq.problem.normalize:
         keys = (W[..., 1:] @ k_max[..., None])[..., 0] + W[..., 0] * z0_max[:, None]
         state = torch.maximum(state, keys)
-    causal = seq.causal[:, 1:]  # [L, L]
-    scores = torch.where(causal, qa @ ka.transpose(-1, -2), 0.0).amax(-1) * max(1.0, s)
+    scores = _largest_scores(seq, qa, ka) * max(1.0, s)
     widest = torch.maximum(torch.maximum(state, scores), numerators * unscaled)
     rows = rows | (widest * grow >= u.overflow_arith)
     end = state[:, -1] * grow >= u.overflow_arith
@@ -150,12 +176,13 @@ def backward_overflow(
     W = _row_weights(seq)[..., 1:]  # [H, L(s), L(t)]
     s = seq.scale
     q_max = seq.q_feat.abs().amax(-1)
-    adjoint_S = (s * q_max * dN)[:, None, :] @ W  # Σ_s w_st s |q_s| |dN_s|: [H, 1, L]
-    adjoint_z = (s * q_max * dZ)[:, None, :] @ W
+    # Σ_s w_st s |q_s| |dN_s| (and |dZ_s|): [H, L]
+    adjoint_S = (W.transpose(-1, -2) @ (s * q_max * dN)[..., None])[..., 0]
+    adjoint_z = (W.transpose(-1, -2) @ (s * q_max * dZ)[..., None])[..., 0]
     end = _end_weights(seq)[:, 1:]
     final = torch.maximum(ct.dS.abs().flatten(1).amax(-1), ct.dz.abs().flatten(1).amax(-1))
-    adjoint = torch.maximum(adjoint_S[:, 0], adjoint_z[:, 0]) + end * final[:, None]
-    scores = (doa @ seq.v.abs().transpose(-1, -2)).amax(-1) * zeta
+    adjoint = torch.maximum(adjoint_S, adjoint_z) + end * final[:, None]
+    scores = _largest_scores(seq, doa, seq.v.abs(), causal=False) * zeta
     widest = torch.maximum(adjoint, torch.maximum(scores, dN)).amax(-1)
     for name in ("M_q", "M_k", "M_v", "M_g"):
         M = gradients.get(name)

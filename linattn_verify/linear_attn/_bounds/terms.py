@@ -7,15 +7,31 @@ docstring.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import torch
 
 from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.linear_attn._bounds import lifted
+from linattn_verify.linear_attn._bounds.pairwise import (
+    FACTORED_SPAN,
+    Factor,
+    Near,
+    PairMatrix,
+    Pairs,
+    Separable,
+)
 from linattn_verify.linear_attn.feature_maps import feature_map_derivative
 from linattn_verify.linear_attn.recipe import DivisionLimits, PrecisionRecipe, dtype_name
 from linattn_verify.linear_attn.semantics import Problem
+
+DENSE_TOKENS = 1024
+"""Sequences up to this length keep their pair quantities as dense [L, L+1] tensors (fastest at
+small L); longer ones are evaluated by the block scan of `_bounds.pairwise`."""
+
+SCAN_TOKENS = 128
+"""Tokens per block of that scan (rounded up to a multiple of the recipe's chunk size)."""
 
 SMALLEST_NORMAL_FP32 = 2.0**-126
 """A feature exp(x) below this may be flushed to zero: an absolute error of at most this."""
@@ -149,6 +165,7 @@ class SequenceTerms:
         end: int,
         *,
         causal_exact: bool = True,
+        scan_block: int | None = None,
     ) -> None:
         p = problem
         self.units = units
@@ -196,9 +213,6 @@ class SequenceTerms:
             if p.initial_key_sum is not None
             else torch.zeros(H, K, dtype=f64, device=dev)
         )
-        t = torch.arange(1, L + 1, device=dev)  # token positions 1..L
-        j = torch.arange(0, L + 1, device=dev)  # key positions, 0 = initial state
-        causal = j[None, :] <= t[:, None]  # [L, L+1]
         decay = p.g is not None
         self.vector = p.vector_gate
         if decay:
@@ -214,38 +228,27 @@ class SequenceTerms:
         else:
             G = torch.zeros(H, L + 1, dtype=f64, device=dev)
         self.G = G  # [H, L+1] ([H*K, L+1] for a vector gate), G[:, 0] = 0
-        D = (G[:, 1:, None] - G[:, None, :]).masked_fill(~causal, float("-inf"))  # [H, L, L+1]
-        self.W = torch.exp(D)  # zero above the diagonal
-        self.causal = causal
+        # The pair quantities ([H?, L, L+1], dense or lazy: `_dense_pairs`, `_lazy_pairs`).
+        self.W: PairMatrix
+        self.causal: PairMatrix
+        self.acc_fwd: PairMatrix
+        self.acc_rev: PairMatrix
+        self.eps_w: PairMatrix
+        self.W_abs: PairMatrix
+        self.decay = decay
+        j = torch.arange(0, L + 1, device=dev)  # key positions, 0 = initial state
         self.W_end = torch.exp(G[:, -1:] - G)  # [H, L+1]: weight of key j in the final state
         dec = int(decay)
-        C = recipe.chunk_size
-        tt, jj = t[:, None].to(f64), j[None, :].to(f64)
-
-        def chunk_of(x: torch.Tensor) -> torch.Tensor:
-            """Chunk index of positions 1..L; the initial state (0) sits in chunk -1."""
-            return torch.where(x > 0, torch.div(x - 1, C, rounding_mode="floor"), -1.0)
-
-        crossings = chunk_of(tt) - chunk_of(jj)
-        self.acc_fwd = self._forms(
-            parallel=tt + 1 + dec,
-            chunk=C + (1 + dec) * crossings + 1 + 2 * dec,
-            recurrent=2 + (1 + dec) * (tt - jj),
-        )  # [L, L+1], roundings of accumulation along a row (over j)
-        self.acc_rev = self._forms(
-            parallel=(L - jj + 1) + dec + 0 * tt,
-            chunk=C + (1 + dec) * crossings + 1 + 2 * dec,
-            recurrent=2 + (1 + dec) * (tt - jj),
-        )  # [L, L+1], roundings of accumulation along a column (over t)
         Lf = float(L)
-        end_crossings = chunk_of(torch.tensor(Lf, dtype=f64, device=dev)) - chunk_of(j.to(f64))
+        end_crossings = self._chunk_of(torch.tensor(Lf, dtype=f64, device=dev)) - self._chunk_of(
+            j.to(f64)
+        )
         self.acc_state = self._forms(
             parallel=Lf + 2 + dec + 0 * j.to(f64),
-            chunk=C + (1 + dec) * end_crossings + 2 + 2 * dec,
+            chunk=recipe.chunk_size + (1 + dec) * end_crossings + 2 + 2 * dec,
             recurrent=2 + (1 + dec) * (Lf - j.to(f64)),
         )  # [L+1], roundings of a final-state term φ(k_j) v_j w_Tj
         if decay:
-            self.eps_w = self._weight_error(G, D, t, j)  # [H, L, L+1]
             self.eps_w_end = (
                 self._weight_error(
                     G, (G[:, -1:] - G)[:, None, :], torch.tensor([L], device=dev), j
@@ -254,14 +257,102 @@ class SequenceTerms:
                 else torch.zeros(G.shape[0], 1, dtype=f64, device=dev)
             )  # [H, L+1]
         else:
-            self.eps_w = torch.zeros(1, L, L + 1, dtype=f64, device=dev)
             self.eps_w_end = torch.zeros(1, L + 1, dtype=f64, device=dev)
         # A decay weight that underflows loses up to one smallest normal per exp or product
         # that forms it, whatever its relative error: an absolute error, amplified by the
         # term's other factors (|A| |v| can be huge). At most t - j + 2 such operations.
-        lam = self.units.underflow * dec
-        self.W_abs = torch.where(causal, lam * (tt - jj + 2), 0.0)[None]  # [1, L, L+1]
-        self.W_end_abs = (lam * (Lf - j.to(f64) + 2))[None]  # [1, L+1]
+        self.lam = self.units.underflow * dec
+        self.W_end_abs = (self.lam * (Lf - j.to(f64) + 2))[None]  # [1, L+1]
+        if scan_block is None and L > DENSE_TOKENS:
+            scan_block = SCAN_TOKENS
+        self.lazy = scan_block is not None and L > 0  # an empty sequence has no pairs
+        # A vector gate's weight errors as f(t) + g(j), across and within chunks (lazily).
+        self._far_error: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._same_error: tuple[torch.Tensor, torch.Tensor] | None = None
+        if self.lazy:
+            assert scan_block is not None
+            self._lazy_pairs(_lcm(scan_block, recipe.chunk_size))
+        else:
+            self._dense_pairs()
+
+    @staticmethod
+    def _positions(L: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.arange(1, L + 1, device=dev), torch.arange(0, L + 1, device=dev)
+
+    def _chunk_of(self, x: torch.Tensor) -> torch.Tensor:
+        """Chunk index of positions 1..L; the initial state (0) sits in chunk -1."""
+        C = self.recipe.chunk_size
+        return torch.where(x > 0, torch.div(x - 1, C, rounding_mode="floor"), -1.0)
+
+    def _dense_pairs(self) -> None:
+        """The pair quantities as [L, L+1] (or [H, L, L+1]) float64 tensors."""
+        L, G, dev, f64 = self.L, self.G, self.G.device, torch.float64
+        dec, C = int(self.decay), self.recipe.chunk_size
+        t, j = self._positions(L, dev)
+        causal = j[None, :] <= t[:, None]  # [L, L+1]
+        D = (G[:, 1:, None] - G[:, None, :]).masked_fill(~causal, float("-inf"))  # [H, L, L+1]
+        self.W = torch.exp(D)  # zero above the diagonal
+        self.causal = causal
+        tt, jj = t[:, None].to(f64), j[None, :].to(f64)
+        crossings = self._chunk_of(tt) - self._chunk_of(jj)
+        self.acc_fwd = self._forms(
+            parallel=tt + 1 + dec + 0 * jj,
+            chunk=C + (1 + dec) * crossings + 1 + 2 * dec,
+            recurrent=2 + (1 + dec) * (tt - jj),
+        )  # [L, L+1], roundings of accumulation along a row (over j)
+        self.acc_rev = self._forms(
+            parallel=(L - jj + 1) + dec + 0 * tt,
+            chunk=C + (1 + dec) * crossings + 1 + 2 * dec,
+            recurrent=2 + (1 + dec) * (tt - jj),
+        )  # [L, L+1], roundings of accumulation along a column (over t)
+        if self.decay:
+            self.eps_w = self._weight_error(G, D, t, j)  # [H, L, L+1]
+        else:
+            self.eps_w = torch.zeros(1, L, L + 1, dtype=f64, device=dev)
+        self.W_abs = torch.where(causal, self.lam * (tt - jj + 2), 0.0)[None]  # [1, L, L+1]
+
+    def _lazy_pairs(self, block: int) -> None:
+        """The pair quantities as `Pairs`: O(L) memory, contracted by a block scan.
+
+        Each is the dense quantity's formula within a block of ``block`` tokens and a function
+        of t plus a function of j across blocks (module docstring of `pairwise`); ``block`` is
+        a multiple of the recipe's chunk size, so no two blocks share a chunk.
+        """
+        L, G, dev, f64 = self.L, self.G, self.G.device, torch.float64
+        t, j = self._positions(L, dev)
+        tf, jf = t.to(f64), j.to(f64)
+        ones_t, ones_j = torch.ones_like(tf), torch.ones_like(jf)
+
+        self.block = block
+
+        def pairs(factor: Factor) -> Pairs:
+            return Pairs.of(factor, L, block)
+
+        self.causal = pairs(Factor(Separable(ones_t[None, :, None], ones_j[None, :, None])))
+        if self.vector:
+            # The weights live inside the sums over key dimensions (`weighted`, `rows`, `cols`);
+            # as a pair matrix of its own, only the bound w_tjm <= 1 (`_bounds.overflow`).
+            self.W = self.causal
+        else:
+            one = Separable(ones_t[None, :, None], ones_j[None, :, None], G[..., None])
+            self.W = pairs(Factor(one))
+        dec, C = int(self.decay), self.recipe.chunk_size
+        # Each form's count is f(t) + g(j) (``_count_parts``); so is their sum.
+        f_chunk = C + 1 + 2 * dec + (1 + dec) * self._chunk_of(tf)
+        g_chunk = -(1 + dec) * self._chunk_of(jf)
+        f_rec, g_rec = 2 + (1 + dec) * tf, -(1 + dec) * jf
+        f_fwd = self._forms(parallel=tf + 1 + dec, chunk=f_chunk, recurrent=f_rec)
+        g_fwd = self._forms(parallel=0 * jf, chunk=g_chunk, recurrent=g_rec)
+        f_rev = self._forms(parallel=0 * tf, chunk=f_chunk, recurrent=f_rec)
+        g_rev = self._forms(parallel=L - jf + 1 + dec, chunk=g_chunk, recurrent=g_rec)
+        self.acc_fwd = pairs(_sum_of(f_fwd, g_fwd))
+        self.acc_rev = pairs(_sum_of(f_rev, g_rev))
+        self.W_abs = pairs(_sum_of(self.lam * (tf + 2), -self.lam * jf))
+        if self.decay and not self.vector:
+            f, g, near, unit = self._lazy_weight_error()
+            self.eps_w = pairs(replace(_sum_of(f, g), near=near, block=unit))
+        elif not self.vector:
+            self.eps_w = pairs(_sum_of(0 * tf, 0 * jf))
 
     def _forms(
         self, *, parallel: torch.Tensor, chunk: torch.Tensor, recurrent: torch.Tensor
@@ -293,6 +384,251 @@ class SequenceTerms:
             return torch.where(x > 0, torch.zeros_like(x), neg + self.units.underflow)
         return torch.zeros_like(x)
 
+    def outer(self, a: torch.Tensor, b: torch.Tensor) -> PairMatrix:
+        """The pair matrix a_t·b_j over tokens, ``[H, L, L]``, for a, b ``[H, L, R]``."""
+        if not self.lazy:
+            return a @ b.transpose(-1, -2)
+        b0 = torch.cat([torch.zeros_like(b[:, :1]), b], 1)
+        return Pairs.of(Factor(Separable(a, b0)), self.L, self.block)
+
+    def column(self, y: torch.Tensor) -> PairMatrix:
+        """The pair matrix y_j over tokens (every row alike), for y ``[H, L]``."""
+        if not self.lazy:
+            return y[:, None, :]
+        assert isinstance(self.causal, Pairs)
+        return self.causal.lift(y[:, None, :])
+
+    def token_pairs(self) -> torch.Tensor | float:
+        """1 for every pair of tokens j <= t: ``[L, L]`` (a `Pairs` is causal already: 1)."""
+        if not self.lazy:
+            pairs: torch.Tensor = self.causal[:, 1:].to(torch.float64)
+            return pairs
+        return 1.0
+
+    def keys_seen_by(self, rows: torch.Tensor) -> torch.Tensor:
+        """Keys with a nonzero weight in some row t >= j marked in ``rows`` ``[H, L]`` (bool).
+
+        ``[H, L]``, or ``[H*K, L]`` for a vector gate (head-major rows, one per dimension).
+        """
+        if not self.lazy:
+            seen: torch.Tensor = (self.W[..., 1:] > 0) & rows.repeat_interleave(
+                self.W.shape[0] // rows.shape[0], 0
+            )[..., None]
+            return seen.any(-2)
+        # The weight exp(G_t - G_j) falls with t (g <= 0): row t sees key j up to the last t
+        # where it is still nonzero, found by bisection on the same float64 exp.
+        last = _last_nonzero_weight(self.G)  # [rows, L]
+        marked = rows.repeat_interleave(self.G.shape[0] // rows.shape[0], 0).to(torch.int64)
+        before = torch.cat([torch.zeros_like(marked[:, :1]), marked.cumsum(-1)], -1)  # [., L+1]
+        j = torch.arange(1, self.L + 1, device=rows.device)
+        return (before.gather(-1, last) - before[:, j - 1]) > 0
+
+    # -- a vector gate: weights inside the sums over key dimensions -------------------------
+    def _vector_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """``[H*K, N]`` (head-major rows) as ``[H, N, K]``."""
+        return x.reshape(self.H, self.K, -1).transpose(1, 2)
+
+    def first_weights(self) -> torch.Tensor:
+        """w_t0m = exp(G_tm): the initial state's weight per key dimension, ``[H, L, K]``."""
+        return self._vector_rows(torch.exp(self.G[:, 1:]))
+
+    def first_weight_errors(self) -> torch.Tensor:
+        """ε_w(t, 0, m), ``[H, L, K]``."""
+        if not self.decay or not self.L:
+            return self.q_feat.new_zeros(self.H, self.L, self.K)
+        t, j = self._positions(self.L, self.G.device)
+        D = (self.G[:, 1:] - self.G[:, :1])[..., None]  # [H*K, L, 1]
+        return self._vector_rows(self._weight_error(self.G, D, t, j[:1])[..., 0])
+
+    def _dense_vector_weights(self, error: bool) -> torch.Tensor:
+        """w_tjm (times ε_w(t, j, m)) over tokens, ``[H, K, L, L]``."""
+        W: torch.Tensor = self.W.reshape(self.H, self.K, self.L, self.L + 1)[..., 1:]
+        if error:
+            W = W * self.eps_w.reshape(self.H, self.K, self.L, self.L + 1)[..., 1:]
+        return W
+
+    def _block_vector_weights(self, t: torch.Tensor, j: torch.Tensor, error: bool) -> torch.Tensor:
+        """w_tjm (times ε_w) at positions t ``[P]``, j ``[Q]``: ``[H, K, P, Q]``."""
+        causal = j[None, :] <= t[:, None]
+        D = (self.G[:, t, None] - self.G[:, None, j]).masked_fill(~causal, float("-inf"))
+        W = torch.exp(D)
+        if error:
+            W = W * self._weight_error(self.G, D, t, j)
+        return W.reshape(self.H, self.K, t.numel(), j.numel())
+
+    def _error_parts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """ε_w = f(t, m) + g(j, m) across scan blocks: f ``[H, L, K]``, g ``[H, L+1, K]``."""
+        if self._far_error is None:
+            f, g, _, unit = self._lazy_weight_error()
+            assert self.block % unit == 0
+            self._far_error = (self._vector_rows(f), self._vector_rows(g))
+        return self._far_error
+
+    def _same_chunk_error_parts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """ε_w = f(t, m) + g(j, m) for pairs in one chunk (a chunk-local scan), as `_error_parts`.
+
+        Within a chunk `_weight_error` has one piece and no block total of j's, so
+        ε_w = 5u + 3.4u (G̃_t - G̃_j) + C u (|G_t|_loc + |G_j|_loc) (+ the reference points' share
+        of a kernel not promising causality: 10u + (6.8u + C u) |ΣG of t's chunk|).
+        """
+        if self._same_error is None:
+            u, Gn = self.units.arith, -self.G
+            B, _, G_local, GBT = self._block_terms(self.G)
+            f = 5 * u + 3.4 * u * Gn[:, 1:] + B * u * G_local[:, 1:]
+            g = -3.4 * u * Gn + B * u * G_local
+            if not self.causal_exact:
+                f = f + 10 * u + (6.8 * u + B * u) * GBT[:, 1:]
+            self._same_error = (self._vector_rows(f), self._vector_rows(g))
+        return self._same_error
+
+    def _block_error_masks(
+        self, t: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """ε_w within the scan block t as f(t) + g(j) on each of some masks of its pairs.
+
+        ``[(mask [P, P], f [H, P, K], g [H, P, K])]``: one formula for a per-step or global scan,
+        within a chunk and across chunks for a chunk-local one.
+        """
+        f, g = self._error_parts()
+        pairs = t[None, :] <= t[:, None]
+        if self.recipe.decay_scan != "chunk_local":
+            return [(pairs, f[:, t - 1], g[:, t])]
+        fs, gs = self._same_chunk_error_parts()
+        chunk = self._chunk_of(t.to(torch.float64))
+        same = chunk[:, None] == chunk[None, :]
+        return [(pairs & same, fs[:, t - 1], gs[:, t]), (pairs & ~same, f[:, t - 1], g[:, t])]
+
+    def _factored_weights(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """exp(G_tm - G_rm) and exp(G_rm - G_jm) for the scan block t (r its first position).
+
+        Their product is the weight w_tjm of j <= t in the block, so the block's weighted sums
+        are matrix products; `None` where the block's decay spans more than `FACTORED_SPAN`
+        (one factor could overflow): those blocks take the masked difference itself.
+        """
+        Gc = self._channel_decay()
+        r = int(t[0])
+        span = Gc[:, r] - Gc[:, int(t[-1])]
+        if float(span.max()) > FACTORED_SPAN:
+            return None
+        ref = Gc[:, r : r + 1]
+        return torch.exp(Gc[:, t] - ref), torch.exp(ref - Gc[:, t])
+
+    def _channel_decay(self) -> torch.Tensor:
+        return self._vector_rows(self.G)  # [H, L+1, K]
+
+    def weighted(self, a: torch.Tensor, b: torch.Tensor, *, error: bool = False) -> PairMatrix:
+        """Σ_m w_tjm a_tm b_jm over tokens (with ``error``, times ε_w(t, j, m)), ``[H, L, L]``."""
+        if not self.lazy:
+            return torch.einsum("hmtj,htm,hjm->htj", self._dense_vector_weights(error), a, b)
+        b0 = torch.cat([torch.zeros_like(b[:, :1]), b], 1)
+        Gc = self._channel_decay()
+        if not error:  # exactly a decayed inner product
+            return Pairs.of(Factor(Separable(a, b0, Gc)), self.L, self.block)
+
+        def near(t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+            factored = self._factored_weights(t) if t is j else None
+            if factored is None:
+                W = self._block_vector_weights(t, j, error)
+                return torch.einsum("hmtj,htm,hjm->htj", W, a[:, t - 1], b0[:, j])
+            # A diagonal block: Σ_m a_tm e_tm (f_tm + g_jm) c_jm b_jm on each mask.
+            e, c = factored
+            at, bj = a[:, t - 1] * e, b0[:, t] * c
+            out = at.new_zeros(at.shape[0], t.numel(), t.numel())
+            for mask, fb, gb in self._block_error_masks(t):
+                block = (at * fb) @ bj.transpose(-1, -2) + at @ (bj * gb).transpose(-1, -2)
+                out = out + torch.where(mask, block, 0.0)
+            return out
+
+        f, g = self._error_parts()
+        far = Separable(
+            torch.cat([f * a, a], -1), torch.cat([b0, g * b0], -1), torch.cat([Gc, Gc], -1)
+        )
+        unit = self.recipe.chunk_size if self.recipe.decay_scan == "chunk_local" else 1
+        return Pairs.of(Factor(far, near, unit), self.L, self.block)
+
+    def rows(self, P: PairMatrix, b: torch.Tensor, *, error: bool = False) -> torch.Tensor:
+        """Σ_j P_tj w_tjm b_jm (with ``error``, times ε_w(t, j, m)), ``[H, L, K]``."""
+        return self._aligned(P, b, error, reverse=False)
+
+    def cols(self, P: PairMatrix, a: torch.Tensor, *, error: bool = False) -> torch.Tensor:
+        """Σ_t P_tj w_tjm a_tm (with ``error``, times ε_w(t, j, m)), ``[H, L, K]`` over j."""
+        return self._aligned(P, a, error, reverse=True)
+
+    def _aligned(
+        self, P: PairMatrix, Y: torch.Tensor, error: bool, *, reverse: bool
+    ) -> torch.Tensor:
+        if not self.lazy:
+            X = self._dense_vector_weights(error)
+            spec = "hmtj,htj,htm->hjm" if reverse else "hmtj,htj,hjm->htm"
+            return torch.einsum(spec, X, P, Y)
+        assert isinstance(P, Pairs)
+        Gc = self._channel_decay()
+        H, L, K = self.H, self.L, self.K
+        out = Y.new_zeros(H, L, K)
+        for s0 in range(0, L, self.block):
+            e = min(s0 + self.block, L)
+            t = torch.arange(s0 + 1, e + 1, device=Y.device)
+            out[:, s0:e] += self._aligned_block(
+                P.diagonal(t).expand(H, -1, -1), Y, t, error, reverse
+            )
+        if not error:
+            return out + P.across_blocks(Y, Gc, reverse=reverse)
+        # ε = f(t, m) + g(j, m) across blocks: f on the rows' side, g on the columns'.
+        f, g = self._error_parts()
+        if reverse:  # Y is indexed by rows t, the result by columns j
+            far = P.across_blocks(torch.cat([f * Y, Y], -1), torch.cat([Gc, Gc], -1), reverse=True)
+            return out + far[..., :K] + g[:, 1:] * far[..., K:]
+        far = P.across_blocks(
+            torch.cat([Y, g[:, 1:] * Y], -1), torch.cat([Gc, Gc], -1), reverse=False
+        )
+        return out + f * far[..., :K] + far[..., K:]
+
+    def _aligned_block(
+        self, Pb: torch.Tensor, Y: torch.Tensor, t: torch.Tensor, error: bool, reverse: bool
+    ) -> torch.Tensor:
+        """`_aligned` over the pairs of the scan block t, with its pair matrix Pb ``[H, P, P]``."""
+        Yb = Y[:, t - 1]
+        factored = self._factored_weights(t)
+        if factored is None:
+            W = self._block_vector_weights(t, t, error)  # [H, K, P, P]
+            spec = "hmtj,htj,htm->hjm" if reverse else "hmtj,htj,hjm->htm"
+            return torch.einsum(spec, W, Pb, Yb)
+        e, c = factored  # w_tjm = e_tm c_jm
+        pairs = t[None, :] <= t[:, None]
+        parts = self._block_error_masks(t) if error else [(pairs, None, None)]
+        out = torch.zeros_like(Yb)
+        for mask, fb, gb in parts:
+            Pm = torch.where(mask, Pb, 0.0)
+            if reverse:  # Σ_t P_tj e_t (f_t + g_j) c_j Y_t, by columns j
+                eY = e * Yb
+                if fb is None or gb is None:
+                    out += c * (Pm.transpose(-1, -2) @ eY)
+                else:
+                    PT = Pm.transpose(-1, -2)
+                    out += c * (PT @ (fb * eY) + gb * (PT @ eY))
+            else:  # Σ_j P_tj e_t (f_t + g_j) c_j Y_j, by rows t
+                cY = c * Yb
+                if fb is None or gb is None:
+                    out += e * (Pm @ cY)
+                else:
+                    out += e * (fb * (Pm @ cY) + Pm @ (gb * cY))
+        return out
+
+    def _block_terms(self, G: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The decay scan's block size, and per position 0..L: block, |G| since its start, total.
+
+        The total is the block's |ΣG|, 0 for the initial state (position 0).
+        """
+        scan = self.recipe.decay_scan
+        block = self.recipe.chunk_size if scan == "chunk_local" else max(self.L, 1)
+        pos = torch.arange(0, self.L + 1, device=G.device)
+        blk = torch.where(pos > 0, torch.div(pos - 1, block, rounding_mode="floor"), -1)
+        start = torch.clamp(blk * block, min=0)  # position whose G the block's cumsum starts from
+        G_local = (G - G[:, start]).abs()  # [H, L+1]
+        end = torch.clamp((blk + 1) * block, max=self.L)
+        G_block_total = torch.where(blk >= 0, (G[:, end] - G[:, start]).abs(), 0.0)
+        return block, blk, G_local, G_block_total
+
     def _weight_error(
         self, G: torch.Tensor, D: torch.Tensor, t: torch.Tensor, j: torch.Tensor
     ) -> torch.Tensor:
@@ -302,13 +638,7 @@ class SequenceTerms:
         scan = self.recipe.decay_scan
         if scan == "per_step":
             return 4 * u * (t[:, None] - j[None, :]).clamp(min=0).to(G.dtype) + 2.4 * u * absD
-        block = self.recipe.chunk_size if scan == "chunk_local" else max(self.L, 1)
-        pos = torch.arange(0, self.L + 1, device=G.device)
-        blk = torch.where(pos > 0, torch.div(pos - 1, block, rounding_mode="floor"), -1)
-        start = torch.clamp(blk * block, min=0)  # position whose G the block's cumsum starts from
-        G_local = (G - G[:, start]).abs()  # [H, L+1]
-        end = torch.clamp((blk + 1) * block, max=self.L)
-        G_block_total = torch.where(blk >= 0, (G[:, end] - G[:, start]).abs(), 0.0)
+        block, blk, G_local, G_block_total = self._block_terms(G)
         bt, bj = blk[t][:, None], blk[j][None, :]
         same = bt == bj
         pieces = torch.where(same, 1, bt - bj + 1).clamp(min=1).to(G.dtype)
@@ -330,6 +660,52 @@ class SequenceTerms:
             reach = reach + self.packed_offset.reshape(-1, 1, 1)
         return eps_w + 2 * pieces * 5 * u + (2 * 3.4 * u + block * u) * reach
 
+    def _lazy_weight_error(self) -> tuple[torch.Tensor, torch.Tensor, Near, int]:
+        """ε_w within a scan block (``near``, `_weight_error`) and f(t) + g(j) across blocks.
+
+        Returns f ``[rows, L]``, g ``[rows, L+1]`` (rows: heads, or head-major (head, key
+        dimension) pairs for a vector gate), ``near`` and the block size scan blocks must be a
+        multiple of.
+
+        Across blocks (j in an earlier chunk than t, for a chunk-local scan), with
+        G̃ = -G non-decreasing (g <= 0), |G_t - G_j| = G̃_t - G̃_j, and every other part of
+        `_weight_error` is a function of t's or of j's block, so ε_w = f(t) + g(j). A global
+        scan has one block: its pairs of tokens are all "same block", also f(t) + g(j).
+        """
+        G, u, L = self.G, self.units.arith, self.L
+        f64, dev = torch.float64, G.device
+        t, j = self._positions(L, dev)
+        tf, jf = t.to(f64), j.to(f64)
+        Gn = -G  # [H, L+1]
+        scan = self.recipe.decay_scan
+        if scan == "per_step":
+            f = 4 * u * tf + 2.4 * u * Gn[:, 1:]
+            g = -4 * u * jf - 2.4 * u * Gn
+        else:
+            B, blk, G_local, GBT = self._block_terms(G)
+            bt, bj = blk[1:].to(f64), blk.to(f64)
+            if scan == "chunk_local":  # never the same block across scan blocks
+                f = 5 * u * (bt + 1) + (3.4 * u + B * u) * Gn[:, 1:] + B * u * G_local[:, 1:]
+                g = -5 * u * bj - (3.4 * u + B * u) * Gn + B * u * (G_local + GBT)
+                if not self.causal_exact:
+                    f = f + 10 * u * (bt + 1) + (6.8 * u + B * u) * GBT[:, 1:]
+                    g = g - 10 * u * bj + (6.8 * u + B * u) * GBT
+            else:  # global: one block, pieces = 1, G_local = G̃
+                f = 5 * u + 3.4 * u * Gn[:, 1:] + B * u * G_local[:, 1:]
+                g = -3.4 * u * Gn + B * u * G_local
+                if not self.causal_exact:
+                    reach = GBT[:, 1:]
+                    if self.packed_offset is not None:
+                        reach = reach + self.packed_offset[:, None]
+                    f = f + 10 * u + (6.8 * u + B * u) * reach
+
+        def near(tt: torch.Tensor, jj: torch.Tensor) -> torch.Tensor:
+            causal = jj[None, :] <= tt[:, None]
+            D = (G[:, tt, None] - G[:, None, jj]).masked_fill(~causal, float("-inf"))
+            return self._weight_error(G, D, tt, jj)
+
+        return f, g, near, self.recipe.chunk_size if scan == "chunk_local" else 1
+
 
 def _packed_offset(p: Problem, b: int, start: int) -> torch.Tensor | None:
     """|Σ g| over the packed row before a sequence, or `None` without decay or packing.
@@ -340,6 +716,33 @@ def _packed_offset(p: Problem, b: int, start: int) -> torch.Tensor | None:
         return None
     before = p.g[b, :start].sum(0).abs()  # [H] or [H, K]
     return before.reshape(-1)
+
+
+def _last_nonzero_weight(G: torch.Tensor) -> torch.Tensor:
+    """For each key j = 1..L, the last t >= j with exp(G_t - G_j) > 0 (G non-increasing)."""
+    rows, L = G.shape[0], G.shape[1] - 1
+    j = torch.arange(1, L + 1, device=G.device).expand(rows, -1)
+    lo, hi = j.clone(), torch.full_like(j, L)  # exp(G_j - G_j) = 1: t = j is always nonzero
+    while bool((lo < hi).any()):
+        mid = (lo + hi + 1) // 2
+        alive = torch.exp(G.gather(-1, mid) - G.gather(-1, j)) > 0
+        lo = torch.where(alive, mid, lo)
+        hi = torch.where(alive, hi, mid - 1)
+    return lo
+
+
+def _sum_of(f: torch.Tensor, g: torch.Tensor) -> Factor:
+    """The pair function f(t) + g(j): f ``[L]`` or ``[H, L]``, g ``[L+1]`` or ``[H, L+1]``."""
+    f2 = f if f.ndim == 2 else f[None]
+    g2 = g if g.ndim == 2 else g[None]
+    H = max(f2.shape[0], g2.shape[0])
+    a = torch.stack([f2.expand(H, -1), torch.ones_like(f2).expand(H, -1)], -1)
+    b = torch.stack([torch.ones_like(g2).expand(H, -1), g2.expand(H, -1)], -1)
+    return Factor(Separable(a.to(torch.float64), b.to(torch.float64)))
+
+
+def _lcm(a: int, b: int) -> int:
+    return a * b // math.gcd(a, b)
 
 
 @dataclass
@@ -355,7 +758,6 @@ class MainTerms:
     N: torch.Tensor  # exact numerator
     M_N: torch.Tensor  # its magnitude
     B_N: torch.Tensor  # its bound, relative and feature-error terms only
-    live_tok: torch.Tensor  # [H, L, L]: 1 where some weight of term (t, j) is nonzero
     S_T: torch.Tensor
     M_S: torch.Tensor
     B_S: torch.Tensor  # relative and feature-error terms only

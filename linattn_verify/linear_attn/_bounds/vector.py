@@ -9,22 +9,15 @@ weight multiply take) and the scalar weight error ε_w of dimension m's cumulati
 scalar bound has w_tj |A|_tj the vector bound has Σ_m U_tjm w_tjm |φ(q)_tm| |φ(k)_jm|, keeping
 the per-dimension factor inside the sum.
 
-Memory: the weights w_tjm and their errors are [H, K, L, L+1] float64 tensors (O(L²K) per
-head; `SequenceTerms` builds them), evaluated as exp of the masked difference G_tm - G_jm, never
-as exp(G_tm) / exp(G_jm).
+The sums over m are `SequenceTerms.weighted`: dense [H, K, L, L] float64 weights for short
+sequences, a block scan with one decay per key dimension beyond (O(L·K) memory); the weights
+are exp of the masked difference G_tm - G_jm, never exp(G_tm) / exp(G_jm).
 """
 
 from __future__ import annotations
 
-import torch
-
 from linattn_verify.linear_attn._bounds.terms import MainTerms, SequenceTerms
 from linattn_verify.linear_attn.semantics import Problem
-
-
-def _weighted(X: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Σ_m X_tjm a_tm b_jm for X ``[H, K, L, L']``, a ``[H, L, K]``, b ``[H, L', K]``."""
-    return torch.einsum("hmtj,htm,hjm->htj", X, a, b)
 
 
 def vector_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
@@ -34,30 +27,26 @@ def vector_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     H, L, K = seq.H, seq.L, seq.K
     qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
     S0a, z0a = seq.S0.abs(), seq.z0.abs()
-    W = seq.W.reshape(H, K, L, L + 1)  # w_tjm, zero above the diagonal
-    eps_w = seq.eps_w.reshape(H, K, L, L + 1)  # ε_w(t, j, m)
-    W_tok, eps_tok = W[..., 1:], eps_w[..., 1:]
-    w0 = W[..., 0].transpose(1, 2)  # [H, L, K]: w_t0m = exp(G_tm)
+    w0 = seq.first_weights()  # [H, L, K]: w_t0m = exp(G_tm)
     count = K + 2 + seq.acc_fwd  # [L, L+1], as for a scalar gate
-    # The part of U_tjm common to every m ([L, 1] for the parallel form: broadcast it).
-    U_cnt = (u.acc * count + u.per_term).expand(L, L + 1)
-    U0 = U_cnt[:, 0][None, :, None] + eps_w[..., 0].transpose(1, 2)  # [H, L, K]
-    causal_tok = seq.causal[:, 1:].to(qa.dtype)  # [L, L]
+    # The part of U_tjm common to every m, and its initial-state column per m.
+    U_cnt = u.acc * count + u.per_term
+    U0 = (u.acc * count[..., 0] + u.per_term).reshape(1, L, 1) + seq.first_weight_errors()
     # Exact values (the float64 parallel form) and their magnitudes.
-    A_w = _weighted(W_tok, seq.q_feat, seq.k_feat)  # Σ_m φ(q)_tm φ(k)_jm w_tjm
-    absA_w = _weighted(W_tok, qa, ka)  # |A|^w
-    absA = qa @ ka.transpose(-1, -2)  # unweighted: the absolute (underflow) weight errors
+    A_w = seq.weighted(seq.q_feat, seq.k_feat)  # Σ_m φ(q)_tm φ(k)_jm w_tjm
+    absA_w = seq.weighted(qa, ka)  # |A|^w
+    absA = seq.outer(qa, ka)  # unweighted: the absolute (underflow) weight errors
     q_in = seq.q_feat * w0  # φ(q)_tm w_t0m
     N = p.scale * (A_w @ seq.v + q_in @ seq.S0)
     M_N = s * (absA_w @ va + (qa * w0) @ S0a)
     # Per term (t, j): relative errors (counts, casts, weights per m), φ errors weighted per m,
     # underflow inside the m-sum (at most λ per operation, K + 2 of them, weighted or not),
     # and a weight that underflows in dimension m (λ per exp or product: W_abs per (t, j, m)).
-    Ephi_w = _weighted(W_tok, seq.q_err, ka) + _weighted(W_tok, qa, seq.k_err)
-    Ephi_w = Ephi_w + u.underflow * (K + 2) * causal_tok
+    Ephi_w = seq.weighted(seq.q_err, ka) + seq.weighted(qa, seq.k_err)
+    Ephi_w = Ephi_w + u.underflow * (K + 2) * seq.token_pairs()
     Wa_tok, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]  # [1, L, L], [1, L]
     term = (
-        U_cnt[:, 1:] * absA_w + _weighted(eps_tok * W_tok, qa, ka) + Ephi_w + Wa_tok * absA
+        U_cnt[..., 1:] * absA_w + seq.weighted(qa, ka, error=True) + Ephi_w + Wa_tok * absA
     )  # [H, L, L]
     state_rel = (U0 * w0 + Wa0[..., None]) * qa  # [H, L, K]
     state_phi = w0 * seq.q_err
@@ -89,7 +78,6 @@ def vector_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
         N=N,
         M_N=M_N,
         B_N=B_N,
-        live_tok=(W_tok > 0).any(1).to(N.dtype),
         S_T=S_T,
         M_S=M_S,
         B_S=B_S,

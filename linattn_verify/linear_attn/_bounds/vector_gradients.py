@@ -24,26 +24,12 @@ from linattn_verify.linear_attn._bounds.gradients import (
     add_feature_map_chain,
     adjoint_errors,
     backward_division_error,
+    lost_intermediates,
     mark_overflow,
     reach_of_block,
     reverse_cumsum,
     unverifiable_rows,
 )
-
-
-def _rows(X: torch.Tensor, P: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Σ_j X_mtj P_tj b_jm ``[H, L, K]``: X ``[H, K, L, L]``, P ``[H, L, L]``, b ``[H, L, K]``."""
-    return torch.einsum("hmtj,htj,hjm->htm", X, P, b)
-
-
-def _cols(X: torch.Tensor, P: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """Σ_t X_mtj P_tj a_tm ``[H, L, K]`` (indexed by j)."""
-    return torch.einsum("hmtj,htj,htm->hjm", X, P, a)
-
-
-def _weighted(X: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Σ_m X_mtj a_tm b_jm ``[H, L, L]``."""
-    return torch.einsum("hmtj,htm,hjm->htj", X, a, b)
 
 
 def vector_backward_sequence(
@@ -68,14 +54,13 @@ def vector_backward_sequence(
     do_o = (doa * f.o.abs()).sum(-1) * nz  # [H, L]
     delta_err_raw = (doa * f.B_o).sum(-1) * nz
     delta_err = delta_err_raw * zeta[..., 0]
-    R = (doa @ va.transpose(-1, -2) + do_o[..., None]) * zeta  # |dP_tj|, [H, L, L]
+    R = (seq.outer(doa, va) + do_o[..., None]) * zeta  # |dP_tj|, [H, L, L]
     R0 = (doa @ S0a.transpose(-1, -2) + do_o[..., None] * z0a[:, None, :]) * zeta  # [H, L, K]
     count = seq.K + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
-    U_c = u.acc * count + u.per_term + e_Z  # [H, L, L+1]: the part common to every m
-    W = seq.W.reshape(H, K, L, L + 1)  # w_tjm
-    WU = W * (U_c[:, None] + seq.eps_w.reshape(H, K, L, L + 1))  # w_tjm U_tjm
-    W_tok, WU_tok = W[..., 1:], WU[..., 1:]
-    w0, WU0 = W[..., 0].transpose(1, 2), WU[..., 0].transpose(1, 2)  # [H, L, K]
+    U_c = u.acc * count + u.per_term + e_Z  # [H, L, L+1]: the part of U_tjm common to every m
+    U_tok = U_c[..., 1:]
+    w0 = seq.first_weights()  # [H, L, K]
+    WU0 = w0 * (U_c[..., 0][..., None] + seq.first_weight_errors())  # w_t0m U_t0m
     wE_all = seq.W_end.reshape(H, K, L + 1).transpose(1, 2)  # [H, L+1, K]
     wE0, wE = wE_all[:, 0], wE_all[:, 1:]  # [H, K], [H, L, K]
     U_S = (
@@ -84,40 +69,43 @@ def vector_backward_sequence(
         + u.per_term
     )  # [H, L+1, K]
     US0, US = U_S[:, 0], U_S[:, 1:]
-    causal = seq.causal[:, 1:].to(qa.dtype)  # [L, L]
     # Underflow inside the m-sum, unweighted (before or after the multiply by w <= 1), and in
     # do_t·v_j (absolute, before the division by Z_t), as in the scalar path.
-    under_A = u.underflow * (K + 2) * causal
+    under_A = u.underflow * (K + 2) * seq.token_pairs()
     dot_underflow = u.underflow * (seq.V + 2) * zeta  # [H, L, 1]
     adj = adjoint_errors(f, zeta, normalize)
     # Absolute errors of dP, [H, L, L].
-    P_err = (delta_err[..., None] + dot_underflow + adj.P) * causal
+    P_err = (delta_err[..., None] + dot_underflow + adj.P) * seq.token_pairs()
     out: dict[str, torch.Tensor] = {}
+    # The sums over pairs with the weight of each dimension m, each once: over keys j <= t
+    # (rows) and over rows t >= j (cols), of |dP| R and of its error U R + P_err (weights'
+    # errors ε_w(t, j, m) separately).
+    R_ka = seq.rows(R, ka)
+    R_kerr = seq.rows(R, seq.k_err)
+    Rerr_ka = seq.rows(U_tok * R + P_err, ka) + seq.rows(R, ka, error=True)
+    R_qa = seq.cols(R, qa)
+    R_qerr = seq.cols(R, seq.q_err)
+    Rerr_qa = seq.cols(U_tok * R + P_err, qa) + seq.cols(R, qa, error=True)
     # dφ(q) and dφ(k).
-    M_dqf = s * (_rows(W_tok, R, ka) + w0 * R0)
+    M_dqf = s * (R_ka + w0 * R0)
     B_dqf = s * (
-        _rows(WU_tok, R, ka)
-        + _rows(W_tok, P_err, ka)
-        + _rows(W_tok, R, seq.k_err)
-        + WU0 * R0
-        + nz * w0 * delta_err[..., None] * z0a[:, None, :]
-        + w0 * adj.P0
+        Rerr_ka + R_kerr + WU0 * R0 + nz * w0 * delta_err[..., None] * z0a[:, None, :] + w0 * adj.P0
     )
     final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # (|dS_T||v_j| + |dz_T|)_m
-    M_dkf = s * _cols(W_tok, R, qa) + wE * final_k
-    B_dkf = (
-        s * (_cols(WU_tok, R, qa) + _cols(W_tok, P_err, qa) + _cols(W_tok, R, seq.q_err))
-        + US * wE * final_k
-    )
+    M_dkf = s * R_qa + wE * final_k
+    B_dkf = s * (Rerr_qa + R_qerr) + US * wE * final_k
     # dv: Σ_m q̃_tm k̃_jm w_tjm is the forward's weighted |A|^w.
-    absA_w = _weighted(W_tok, qa, ka)
-    Ephi_w = _weighted(W_tok, seq.q_err, ka) + _weighted(W_tok, qa, seq.k_err) + under_A
+    absA_w = seq.weighted(qa, ka)
+    Ephi_w = seq.weighted(seq.q_err, ka) + seq.weighted(qa, seq.k_err) + under_A
     kw = ka * wE  # [H, L, K]
-    out["M_v"] = (s * absA_w * zeta).transpose(-1, -2) @ doa + kw @ dSa
-    out["B_v"] = (s * (_weighted(WU_tok, qa, ka) + Ephi_w) * zeta).transpose(-1, -2) @ doa + (
-        (kw * US + seq.k_err * wE) @ dSa
-    )
-    out["B_v"] = out["B_v"] + adj.dN * (s * absA_w).sum(-2)[..., None]
+    zdo = s * zeta * doa
+    A_do = absA_w.transpose(-1, -2) @ torch.cat([zdo, s * torch.ones_like(zeta)], -1)
+    V = doa.shape[-1]
+    out["M_v"] = A_do[..., :V] + kw @ dSa
+    out["B_v"] = (U_tok * absA_w + seq.weighted(qa, ka, error=True) + Ephi_w).transpose(
+        -1, -2
+    ) @ zdo + ((kw * US + seq.k_err * wE) @ dSa)
+    out["B_v"] = out["B_v"] + adj.dN * A_do[..., V:]
     # dS_0 and dz_0.
     qz = s * qa * w0 * zeta  # [H, L, K]
     qz_U = s * qa * WU0 * zeta
@@ -134,24 +122,13 @@ def vector_backward_sequence(
         + (q0 * adj.dZ).sum(1)
     )
     # dG_tm = q̃_tm dq̃_tm - k̃_tm dk̃_tm: the row part of dimension m and its column part.
-    q_row = s * qa * _rows(W_tok, R, ka)  # Σ_j |q̃_tm| w_tjm R_tj |k̃_jm|
-    k_col = s * ka * _cols(W_tok, R, qa)
+    q_row = s * qa * R_ka  # Σ_j |q̃_tm| w_tjm R_tj |k̃_jm|
+    k_col = s * ka * R_qa
     Q0 = s * w0 * qa * R0  # the initial state's share, q̃_tm w_t0m (S_0 do_t - δ_t z_0)_m / Z_t
-    err_row = s * (
-        qa * (_rows(WU_tok, R, ka) + _rows(W_tok, P_err, ka) + _rows(W_tok, R, seq.k_err))
-        + seq.q_err * _rows(W_tok, R, ka)
-    )
     # Underflow inside the m-sum of an A_tj (the P·dP algorithm), charged to every dimension.
-    under_G = s * (under_A * R)
-    err_row = err_row + under_G.sum(-1)[..., None]
-    err_col = (
-        s
-        * (
-            ka * (_cols(WU_tok, R, qa) + _cols(W_tok, P_err, qa) + _cols(W_tok, R, seq.q_err))
-            + seq.k_err * _cols(W_tok, R, qa)
-        )
-        + under_G.sum(-2)[..., None]
-    )
+    under_G = under_A * R
+    err_row = s * (qa * (Rerr_ka + R_kerr) + seq.q_err * R_ka) + s * under_G.sum(-1)[..., None]
+    err_col = s * (ka * (Rerr_qa + R_qerr) + seq.k_err * R_qa) + s * under_G.sum(-2)[..., None]
     Q0_err = s * (
         WU0 * qa * R0
         + w0 * seq.q_err * R0
@@ -170,25 +147,25 @@ def vector_backward_sequence(
     Wa, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]  # [1, L, L], [1, L]
     WEa, WEa0 = seq.W_end_abs[:, 1:], seq.W_end_abs[:, 0]
     WaR = Wa * R
+    WaR_ka, WaR_qa = WaR @ ka, WaR.transpose(-1, -2) @ qa
     final_k_all = va @ dSa.transpose(-1, -2) + dza[:, None, :]
-    B_dqf = B_dqf + s * (WaR @ ka + Wa0[..., None] * R0)
-    B_dkf = B_dkf + s * WaR.transpose(-1, -2) @ qa + WEa[..., None] * final_k_all
-    absA = qa @ ka.transpose(-1, -2)
-    out["B_v"] = out["B_v"] + (s * Wa * absA * zeta).transpose(-1, -2) @ doa
+    B_dqf = B_dqf + s * (WaR_ka + Wa0[..., None] * R0)
+    B_dkf = B_dkf + s * WaR_qa + WEa[..., None] * final_k_all
+    out["B_v"] = out["B_v"] + (Wa * seq.outer(qa, ka)).transpose(-1, -2) @ zdo
     out["B_v"] = out["B_v"] + WEa[..., None] * (ka @ dSa)
     q_weight = s * qa * (Wa0 * zeta[..., 0])[..., None]
     out["B_S0"] = out["B_S0"] + q_weight.transpose(-1, -2) @ doa + WEa0[:, None, None] * dSa
     out["B_z0"] = out["B_z0"] + (q_weight * do_o[..., None]).sum(1) + WEa0[:, None] * dza
     Fa = WEa[..., None] * ka * final_k_all
-    B_dG = B_dG + s * (
-        qa * (WaR @ ka) + ka * (WaR.transpose(-1, -2) @ qa) + Wa0[..., None] * qa * R0
-    )
+    B_dG = B_dG + s * (qa * WaR_ka + ka * WaR_qa + Wa0[..., None] * qa * R0)
     B_dG = B_dG + Fa
     if L:
         B_dG[:, -1] = B_dG[:, -1] + Fa.sum(1)
-    # Partial products lost to underflow or casts: ℓ Π max(1, |f|) per term (as the scalar path).
-    live = (W_tok > 0).any(1).to(R.dtype)  # [H, L, L]
-    B_dqf, B_dkf, B_dG = _add_lost_intermediates(out, f, ct, live, zeta, B_dqf, B_dkf, B_dG)
+    # Partial products lost to underflow or casts: ℓ Π max(1, |f|) per term (as the scalar
+    # path), dG_tm charged per dimension.
+    C_dqf, C_dkf, q1, k1 = lost_intermediates(out, f, ct, zeta)
+    B_dqf, B_dkf = B_dqf + C_dqf, B_dkf + C_dkf
+    B_dG = B_dG + q1 * C_dqf + k1 * C_dkf + seq.units.lost_intermediate
     out["M_g"] = reverse_cumsum(M_dG.transpose(1, 2)).transpose(1, 2)
     steps = torch.arange(L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)[:, None]
     out["B_g"] = reverse_cumsum(B_dG.transpose(1, 2)).transpose(1, 2) + u.acc * steps * out["M_g"]
@@ -205,52 +182,13 @@ def vector_backward_sequence(
     # Unverifiable: anything that depends on a row whose denominator is not certified; per
     # dimension for dg (key j of dimension m is seen by row t when w_tjm > 0).
     bad = unverifiable_rows(f)
-    seen = (W_tok > 0) & bad[:, None, :, None]  # [H, K, L, L]
-    bad_key_m = seen.any(2).transpose(1, 2)  # [H, L, K]
+    bad_key_m = seq.keys_seen_by(bad).reshape(H, K, L).transpose(1, 2)  # [H, L, K]
     bad_G = bad[..., None] | bad_key_m
     bad_g = torch.flip(torch.cummax(torch.flip(bad_G.to(torch.int8), [1]), 1).values, [1]) > 0
     bad_key = bad_key_m.any(-1)
     out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
     out["bad_S0"] = (bad & (w0 > 0).any(-1)).any(-1)  # [H]
-    out["count"] = (count.max() if count.numel() else R.new_zeros(())).expand(1)
+    # Every form's count falls with j: the largest is in the initial-state column.
+    out["count"] = (count[..., 0].max() if L else R0.new_zeros(())).expand(1)
     mark_overflow(out, f, ct)
     return out
-
-
-def _add_lost_intermediates(
-    out: dict[str, torch.Tensor],
-    f: ForwardPieces,
-    ct: Cotangents,
-    live: torch.Tensor,
-    zeta: torch.Tensor,
-    B_dqf: torch.Tensor,
-    B_dkf: torch.Tensor,
-    B_dG: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The scalar path's charge ℓ Π max(1, |f|) per term, with weights (<= 1) counting 1.
-
-    The factors of a term do not involve the weight's value, so the charge is the scalar one
-    with a term (t, j) live when some w_tjm > 0; dG_tm is charged per dimension.
-    """
-    seq, c = f.seq, f.seq.units.lost_intermediate
-
-    def m1(x: torch.Tensor) -> torch.Tensor:
-        return x.abs().clamp(min=1.0)
-
-    s1 = max(1.0, seq.scale)
-    q1, k1, v1 = m1(seq.q_feat), m1(seq.k_feat), m1(seq.v)
-    S01, z01, do1, o1 = m1(seq.S0), m1(seq.z0), m1(ct.do), m1(f.o)
-    dS1, dz1 = m1(ct.dS), m1(ct.dz)
-    z1 = m1(zeta)
-    P1 = (do1 @ v1.transpose(-1, -2) + (do1 * o1).sum(-1, keepdim=True)) * z1
-    A1 = q1 @ k1.transpose(-1, -2)
-    P0 = (do1 @ S01.transpose(-1, -2) + (do1 * o1).sum(-1, keepdim=True) * z01[:, None, :]) * z1
-    final_k = v1 @ dS1.transpose(-1, -2) + dz1[:, None, :]
-    C_dqf = c * s1 * ((live * P1) @ k1 + P0)
-    C_dkf = c * (s1 * (live * P1).transpose(-1, -2) @ q1 + final_k)
-    out["B_v"] = out["B_v"] + c * (s1 * (live * A1 * z1).transpose(-1, -2) @ do1 + k1 @ dS1)
-    qz1 = q1 * z1
-    out["B_S0"] = out["B_S0"] + c * (s1 * qz1.transpose(-1, -2) @ do1 + dS1)
-    out["B_z0"] = out["B_z0"] + c * (s1 * (qz1 * (do1 * o1).sum(-1, keepdim=True)).sum(1) + dz1)
-    C_dG = q1 * C_dqf + k1 * C_dkf + c
-    return B_dqf + C_dqf, B_dkf + C_dkf, B_dG + C_dG

@@ -78,21 +78,26 @@ def _sequence(problem: Problem, C: int, n: int, b: int, start: int, end: int) ->
     H, L, V = seq.H, seq.L, seq.V
     S, z = seq.S0, seq.z0
     outputs = []
-    for c0 in range(0, L, C):
+    # Split once rather than slice per chunk: autograd turns every slice into a zero tensor of
+    # the whole input's size, O(T²/C) work for a long sequence; a split's gradient is one cat.
+    q_chunks, k_chunks, v_chunks = (torch.split(x, C, dim=1) for x in (q, k, v))
+    g_chunks = torch.split(g, C, dim=1) if g is not None else None
+    for i, c0 in enumerate(range(0, L, C)):
         c1 = min(c0 + C, L)
-        qc, kc, vc = q[:, c0:c1], k[:, c0:c1], v[:, c0:c1]
+        qc, kc, vc = q_chunks[i], k_chunks[i], v_chunks[i]
+        gc = g_chunks[i] if g_chunks is not None else None
         A = s * (qc @ kc.transpose(-1, -2))  # [H, n, n]
         mask = torch.ones(c1 - c0, c1 - c0, dtype=torch.bool, device=q.device).tril()
-        if g is not None and g.ndim == 3:
-            N, Zc, S, z = _vector_chunk(s, qc, kc, vc, g[:, c0:c1], mask, S, z)
-        elif g is None:
+        if gc is not None and gc.ndim == 3:
+            N, Zc, S, z = _vector_chunk(s, qc, kc, vc, gc, mask, S, z)
+        elif gc is None:
             P = A.masked_fill(~mask, 0)
             N = P @ vc + s * (qc @ S)
             Zc = P.sum(-1) + s * (qc @ z[..., None])[..., 0]
             S = S + kc.transpose(-1, -2) @ vc
             z = z + kc.sum(dim=1)
         else:
-            Gl = torch.cumsum(g[:, c0:c1], dim=-1)  # [H, n]
+            Gl = torch.cumsum(gc, dim=-1)  # [H, n]
             # Masking before the exp keeps exp(Gl_i - Gl_j) for j > i (which can overflow once
             # |Gl| > 709) out of the computation, so no inf * 0 reaches values or gradients.
             diff = (Gl[:, :, None] - Gl[:, None, :]).masked_fill(~mask, float("-inf"))

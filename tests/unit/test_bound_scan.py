@@ -1,0 +1,275 @@
+# Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
+"""The block scan of the linear family's bounds equals their dense evaluation.
+
+`linattn_verify.linear_attn._bounds.pairwise` evaluates every pair sum of the forward and gradient
+bounds in O(T) time and O(T·P) memory; the dense [L, L+1] evaluation (what sequences up to
+`DENSE_TOKENS` use) is its test oracle. Small sequences with small scan blocks exercise every
+path: pairs within a block, across blocks, partial blocks, decays per head and per key dimension.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from linattn_verify.linear_attn._bounds.pairwise import Factor, Pairs, Separable
+from linattn_verify.linear_attn._bounds.terms import SequenceTerms, Units
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
+from linattn_verify.linear_attn.semantics import validate_problem
+from linattn_verify.linear_attn.tolerance import backward_bounds, forward_bounds
+
+F64 = torch.float64
+RELATIVE = 1e-9
+
+
+def _problem(
+    T: int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    gate: str = "scalar",
+    normalize: bool = False,
+    initial: bool = False,
+    feature_map: str = "identity",
+    steep: bool = False,
+    varlen: bool = False,
+    seed: int = 0,
+) -> object:
+    gen = torch.Generator().manual_seed(seed)
+    B = 1 if varlen else 2
+    q, k = torch.randn(2, B, T, 2, 6, generator=gen)
+    if normalize:
+        q, k = q.abs(), k.abs()
+    v = torch.randn(B, T, 2, 5, generator=gen)
+    g = None
+    if gate != "none":
+        shape = (B, T, 2, 6) if gate == "vector" else (B, T, 2)
+        # steep: decays whose float64 weights underflow to 0 within the sequence.
+        g = torch.nn.functional.logsigmoid(torch.randn(*shape, generator=gen) + 2)
+        g = g * (400.0 if steep else 1.0)
+    options: dict[str, Any] = {
+        "scale": 0.4,
+        "normalize": normalize,
+        "eps": 1e-3 if normalize else 0.0,
+        "feature_map": feature_map,
+        "output_final_state": True,
+    }
+    if varlen:
+        options["cu_seqlens"] = torch.tensor([0, T // 3, T // 3, T])
+    inputs = (q.to(dtype), k.to(dtype), v.to(dtype), None if g is None else g.to(dtype))
+    if initial:
+        F = validate_problem(*inputs, **options).feature_dim  # the state's rows: φ's dimension
+        S0 = torch.randn(B if not varlen else 3, 2, F, 5, generator=gen).abs().to(dtype)
+        options["initial_state"] = (
+            (S0, torch.rand(S0.shape[0], 2, F, generator=gen).to(dtype)) if normalize else S0
+        )
+    return validate_problem(*inputs, **options)
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.dtype == torch.bool:
+        assert torch.equal(a, b)
+        return 0.0
+    a, b = a.double(), b.double()
+    assert torch.equal(torch.isfinite(a), torch.isfinite(b))
+    finite = torch.isfinite(a)
+    diff = (a[finite] - b[finite]).abs()
+    scale = torch.maximum(a[finite].abs(), b[finite].abs())
+    return float((diff / scale.clamp(min=1e-300)).max()) if diff.numel() else 0.0
+
+
+def _assert_equal_bounds(dense: dict, scanned: dict) -> None:
+    assert dense.keys() == scanned.keys()
+    for name, bound in dense.items():
+        other = scanned[name]
+        for field in ("reference", "bound", "magnitude", "count", "verifiable"):
+            a, b = getattr(bound, field), getattr(other, field)
+            if a is None:
+                assert b is None
+                continue
+            # The exact (signed) reference cancels: compare it relative to the magnitude.
+            if field == "reference":
+                scale = bound.magnitude.double().clamp(min=1e-300)
+                err = ((a.double() - b.double()).abs() / scale).max()
+                assert float(err) <= RELATIVE, (name, field)
+                continue
+            assert _relative(a, b) <= RELATIVE, (name, field)
+
+
+def _both(problem: object, recipe: PrecisionRecipe, *, causal_exact: bool, block: int) -> None:
+    dense = forward_bounds(problem, recipe, causal_exact=causal_exact)  # type: ignore[arg-type]
+    scanned = forward_bounds(
+        problem,  # type: ignore[arg-type]
+        recipe,
+        causal_exact=causal_exact,
+        scan_block=block,
+    )
+    _assert_equal_bounds(dense.tensors, scanned.tensors)
+    gen = torch.Generator().manual_seed(7)
+    do = torch.randn(problem.v.shape, generator=gen)  # type: ignore[attr-defined]
+    p: Any = problem
+    N, H, F, V = p.num_sequences, p.q.shape[2], p.feature_dim, p.v.shape[-1]
+    dS = torch.randn(N, H, F, V, generator=gen)
+    final = (dS, torch.randn(N, H, F, generator=gen)) if p.normalize else dS
+    grads = [
+        backward_bounds(
+            problem,  # type: ignore[arg-type]
+            recipe,
+            do=do,
+            d_final_state=final,
+            forward=fb,
+            causal_exact=causal_exact,
+        )
+        for fb in (dense, scanned)
+    ]
+    _assert_equal_bounds(*grads)
+
+
+RECIPES = st.builds(
+    PrecisionRecipe,
+    form=st.sampled_from(("chunk", "recurrent", "parallel", None)),
+    decay_scan=st.sampled_from(("chunk_local", "per_step", "global")),
+    chunk_size=st.sampled_from((2, 4, 8)),
+    dots_on_path=st.integers(1, 2),
+)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    recipe=RECIPES,
+    gate=st.sampled_from(("none", "scalar", "vector")),
+    normalize=st.booleans(),
+    initial=st.booleans(),
+    causal_exact=st.booleans(),
+    dtype=st.sampled_from((torch.float32, torch.bfloat16, torch.float16)),
+    T=st.integers(1, 29),
+    block=st.sampled_from((2, 4, 8)),
+    varlen=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_scan_equals_the_dense_bounds(
+    recipe: PrecisionRecipe,
+    gate: str,
+    normalize: bool,
+    initial: bool,
+    causal_exact: bool,
+    dtype: torch.dtype,
+    T: int,
+    block: int,
+    varlen: bool,
+    seed: int,
+) -> None:
+    feature_map = "elu1" if normalize else "identity"
+    problem = _problem(
+        T,
+        dtype=dtype,
+        gate=gate,
+        normalize=normalize,
+        initial=initial,
+        feature_map=feature_map,
+        varlen=varlen,
+        seed=seed,
+    )
+    _both(problem, recipe, causal_exact=causal_exact, block=block)
+
+
+@pytest.mark.parametrize("feature_map", ["taylor2", "rebased", "relu"])
+def test_the_scan_equals_the_dense_bounds_for_every_feature_map(feature_map: str) -> None:
+    problem = _problem(19, gate="scalar", normalize=True, initial=True, feature_map=feature_map)
+    _both(problem, PrecisionRecipe(form="chunk", chunk_size=4), causal_exact=True, block=4)
+
+
+@pytest.mark.parametrize("gate", ["scalar", "vector"])
+@pytest.mark.parametrize("block", [4, 16])
+def test_the_scan_equals_the_dense_bounds_under_steep_decays(gate: str, block: int) -> None:
+    # Decays of ~50 per token: a block's span passes FACTORED_SPAN at 16 tokens (the masked
+    # exp per pair), not at 4 (the factored weights); weights underflow to 0 across blocks.
+    problem = _problem(33, gate=gate, steep=True, normalize=True, feature_map="elu1")
+    for scan in ("chunk_local", "per_step", "global"):
+        recipe = PrecisionRecipe(form="chunk", decay_scan=scan, chunk_size=4)  # type: ignore[arg-type]
+        _both(problem, recipe, causal_exact=False, block=block)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("form", "scan", "gate"),
+    list(
+        itertools.product(
+            ("chunk", "recurrent", "parallel", None),
+            ("chunk_local", "per_step", "global"),
+            ("none", "scalar", "vector"),
+        )
+    ),
+)
+def test_the_scan_equals_the_dense_bounds_over_the_recipe_space(
+    form: str | None, scan: str, gate: str
+) -> None:
+    for normalize, initial, causal_exact in itertools.product((False, True), repeat=3):
+        problem = _problem(37, gate=gate, normalize=normalize, initial=initial)
+        recipe = PrecisionRecipe(form=form, decay_scan=scan, chunk_size=4, dots_on_path=2)  # type: ignore[arg-type]
+        _both(problem, recipe, causal_exact=causal_exact, block=8)
+
+
+@pytest.mark.parametrize("gate", ["scalar", "vector"])
+def test_weights_that_underflow_mark_the_same_keys(gate: str) -> None:
+    # Steep decays: exp(G_t - G_j) is exactly 0 in float64 for distant pairs, so a bad row
+    # makes only the keys it still sees unverifiable: the scan finds the last nonzero weight
+    # by bisection on the same exp.
+    problem = _problem(40, gate=gate, steep=True, normalize=True, feature_map="elu1")
+    p64 = problem.to(F64)  # type: ignore[attr-defined]
+    recipe = PrecisionRecipe(form="chunk", chunk_size=4)
+    units = Units.of(recipe, torch.float32)
+    dense = SequenceTerms(p64, recipe, units, 0, 0, 0, 40)
+    scanned = SequenceTerms(p64, recipe, units, 0, 0, 0, 40, scan_block=8)
+    assert bool((dense.W[..., 1:] == 0).any()), "the decay must underflow for this test"
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        rows = torch.rand(2, 40, generator=gen) < 0.1
+        assert torch.equal(dense.keys_seen_by(rows), scanned.keys_seen_by(rows))
+
+
+def _factor(H: int, L: int, R: int, gen: torch.Generator, decay: str) -> Factor:
+    a = torch.rand(H, L, R, generator=gen, dtype=F64)
+    b = torch.rand(H, L + 1, R, generator=gen, dtype=F64)
+    G = None
+    if decay != "none":
+        channels = R if decay == "channel" else 1
+        g = -torch.rand(H, L, channels, generator=gen, dtype=F64)
+        G = torch.cat([torch.zeros(H, 1, channels, dtype=F64), g.cumsum(1)], 1)
+    return Factor(Separable(a, b, G))
+
+
+@pytest.mark.parametrize("decay", ["none", "head", "channel"])
+@pytest.mark.parametrize("block", [1, 3, 8, 64])
+def test_pair_contractions_equal_their_dense_matrices(decay: str, block: int) -> None:
+    H, L = 2, 23
+    gen = torch.Generator().manual_seed(block)
+    X = Pairs.of(_factor(H, L, 3, gen, decay), L, block)
+    Y = Pairs.of(_factor(H, L, 2, gen, "none"), L, block)
+    row = torch.rand(H, L, 1, generator=gen, dtype=F64)
+    col = torch.rand(H, 1, L, generator=gen, dtype=F64)
+    expr = X * (Y + row) * 0.5 + col - X
+    full = expr.dense()[..., 1:]  # [H, L, L]
+    Z = torch.rand(H, L, 4, generator=gen, dtype=F64)
+    torch.testing.assert_close(expr @ Z, full @ Z, rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        expr.transpose(-1, -2) @ Z, full.transpose(-1, -2) @ Z, rtol=1e-12, atol=0
+    )
+    torch.testing.assert_close(expr.sum(-1), full.sum(-1), rtol=1e-12, atol=0)
+    torch.testing.assert_close(expr.sum(-2), full.sum(-2), rtol=1e-12, atol=0)
+    torch.testing.assert_close(expr[..., 0], expr.dense()[..., 0], rtol=1e-12, atol=0)
+
+
+def test_pairs_refuse_what_they_cannot_represent() -> None:
+    gen = torch.Generator().manual_seed(0)
+    X = Pairs.of(_factor(2, 5, 2, gen, "none"), 5, 2)
+    with pytest.raises(TypeError, match="cannot combine"):
+        X + torch.ones(2, 3, 3)
+    with pytest.raises(IndexError):
+        X[..., 2]
+    with pytest.raises(ValueError, match="last two"):
+        X.transpose(0, 1)
