@@ -40,9 +40,9 @@ class ChunkInputs:
 
     q: torch.Tensor  # [H, c, K] normalised, unscaled
     k: torch.Tensor  # [H, c, K]
-    wqk: torch.Tensor  # [H, c, c, K] e^{G_i - G_j}, j <= i, else 0
+    wqk: torch.Tensor  # [H, c, c, K] e^{G_i - G_j}, j <= i, else 0 ([H, c, c, 1]: one decay)
     wkk: torch.Tensor  # [H, c, c, K] strict
-    eG: torch.Tensor  # [H, c, K]
+    eG: torch.Tensor  # [H, c, K] ([H, c, 1]: one decay for every key dimension)
     eGc: torch.Tensor  # [H, K]
     ekout: torch.Tensor  # [H, c, K] e^{G_c - G}
     T: torch.Tensor  # [H, c, c]
@@ -51,7 +51,7 @@ class ChunkInputs:
     v: torch.Tensor  # [H, c, V]
     beta: torch.Tensor  # [H, c]
     dO: torch.Tensor  # [H, c, V]
-    G: torch.Tensor  # [H, c, K] the chunk-local cumulative gate (zeros without a gate)
+    G: torch.Tensor  # [H, c, K or 1] the chunk-local cumulative gate (zeros without a gate)
 
     def primitives(self) -> tuple[torch.Tensor, ...]:
         """The primitives in `chunk_backward`'s order, the stored nodes' slots (zeros) last."""
@@ -91,6 +91,27 @@ def jvp(
         warnings.simplefilter("ignore", DeprecationWarning)
         out: Any = _torch_jvp(f, primals, tangents)
     return out[0], out[1]
+
+
+def pair_scores(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Σ_m a_im b_jm w_ijm ``[H, c, c]``; w ``[H, c, c, K]`` or ``[H, c, c, 1]`` (one decay)."""
+    if w.shape[-1] == 1:
+        return (a @ b.transpose(-1, -2)) * w[..., 0]
+    return torch.einsum("him,hjm,hijm->hij", a, b, w)
+
+
+def _pair_rows(P: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Σ_j P_ij b_jm w_ijm ``[H, c, K]`` (as `pair_scores`)."""
+    if w.shape[-1] == 1:
+        return (P * w[..., 0]) @ b
+    return torch.einsum("hij,hjm,hijm->him", P, b, w)
+
+
+def _pair_cols(P: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Σ_i P_ij a_im w_ijm ``[H, c, K]`` over j (as `pair_scores`)."""
+    if w.shape[-1] == 1:
+        return (P * w[..., 0]).transpose(-1, -2) @ a
+    return torch.einsum("hij,him,hijm->hjm", P, a, w)
 
 
 def chunk_backward(
@@ -134,8 +155,8 @@ def chunk_backward(
     incl = torch.ones(c, c, dtype=q.dtype, device=q.device).tril()
     b = beta[..., None]
     k_in, q_in, Kt = k * eG + z_k_in, q * eG + z_q_in, k * ekout + z_Kt
-    Akk = torch.einsum("him,hjm,hijm->hij", k, k, wkk)
-    Aqk = torch.einsum("him,hjm,hijm->hij", q, k, wqk) + z_Aqk * incl
+    Akk = pair_scores(k, k, wkk)
+    Aqk = pair_scores(q, k, wqk) + z_Aqk * incl
     pred = v + z_v + sign * (k_in @ S)  # v - K_in S
     W = T @ (b * k_in) + z_W
     U = T @ (b * (v + z_v))
@@ -151,21 +172,17 @@ def chunk_backward(
     LVn = torch.einsum("hmv,hjv->hjm", Lam, Vn)
     dv = b * Y
     dbeta = (Y * pred).sum(-1) + (dL * Akk).sum(-1)
-    dq = scale * eG * SdO + torch.einsum("hij,hjm,hijm->him", dAqk, k, wqk)
-    dk = (
-        torch.einsum("hij,him,hijm->hjm", dAqk, q, wqk)
-        + torch.einsum("hjl,hlm,hjlm->hjm", dAkk, k, wkk)
-        + torch.einsum("hij,him,hijm->hjm", dAkk, k, wkk)
-        + sign * b * eG * SY
-        + ekout * LVn
-    )
-    pair_kk = torch.einsum("hij,him,hjm,hijm->hijm", dAkk, k, k, wkk)
-    pair_qk = torch.einsum("hij,him,hjm,hijm->hijm", dAqk, q, k, wqk)
+    # The pair sums, each once: over keys j (rows i) and over rows i (keys j) of a chunk.
+    qk_rows, qk_cols = _pair_rows(dAqk, k, wqk), _pair_cols(dAqk, q, wqk)
+    kk_rows, kk_cols = _pair_rows(dAkk, k, wkk), _pair_cols(dAkk, k, wkk)
+    dq = scale * eG * SdO + qk_rows
+    dk = qk_cols + kk_rows + kk_cols + sign * b * eG * SY + ekout * LVn
+    # dG's pair terms Σ_j dA_ij x_im k_jm w_ijm (and over i) are those sums times x_im (k_jm).
     dG = (
-        pair_kk.sum(2)
-        + sign * pair_kk.sum(1)
-        + pair_qk.sum(2)
-        + sign * pair_qk.sum(1)
+        k * kk_rows
+        + sign * k * kk_cols
+        + q * qk_rows
+        + sign * k * qk_cols
         + scale * q_in * SdO
         + sign * b * k_in * SY
         + sign * Kt * LVn
@@ -220,20 +237,22 @@ def chunk_inputs(
     M = |T| (I + |L - I|) |T| for ``substitution``; the larger matrices of a pivoting solver
     or a product form otherwise.
     """
-    H, _, K = seq.q.shape
+    H = seq.q.shape[0]
     q, k, v = seq.q[:, start:end], seq.k[:, start:end], seq.v[:, start:end]
     beta = seq.beta[:, start:end]
     c = end - start
+    # One decay for every key dimension (none, or a scalar gate) keeps a last dimension of 1:
+    # the weights are then [H, c, c, 1] and every pair sum a matrix product (`pair_scores`).
     if seq.g is None:
-        G = q.new_zeros(H, c, K)
+        G = q.new_zeros(H, c, 1)
     elif seq.g.ndim == 2:
-        G = seq.g[:, start:end].cumsum(-1)[..., None].expand(H, c, K)
+        G = seq.g[:, start:end].cumsum(-1)[..., None]
     else:
         G = seq.g[:, start:end].cumsum(-2)
     wqk = pair_weights(G, strict=False, vector=True)
     wkk = pair_weights(G, strict=True, vector=True)
     eye = torch.eye(c, dtype=q.dtype, device=q.device)
-    Akk = torch.einsum("him,hjm,hijm->hij", k, k, wkk)
+    Akk = pair_scores(k, k, wkk)
     L_off = beta[..., None] * Akk
     T = forward_substitution_inverse(eye + L_off)
     M = inverse_magnitude(L_off, T, kind=inverse)
@@ -283,4 +302,5 @@ __all__ = [
     "chunk_inputs",
     "evaluate",
     "jvp",
+    "pair_scores",
 ]

@@ -128,6 +128,7 @@ from linattn_verify.delta.chunk_backward import (
     chunk_inputs,
     evaluate,
     jvp,
+    pair_scores,
 )
 from linattn_verify.delta.gradient_assembly import assemble_gradient_bounds, l2norm_chain
 from linattn_verify.delta.kernel import DeltaRecipe
@@ -229,9 +230,7 @@ def _sequence(
         # |δT| <= (γ_{2c} + 4 u_op) M + |T| |δL| |T| + u_T |T| + φ_T,
         # |δL_ij| <= β_i Σ_m |k_im k_jm| w_ijm η_ijm.
         eta = units.gamma(K + 2) + 2 * eps_k + 2 * units.op + rel_pair
-        dL = x.beta.abs()[..., None] * torch.einsum(
-            "him,hjm,hijm->hij", x.k.abs(), x.k.abs(), x.wkk.abs() * eta
-        )
+        dL = x.beta.abs()[..., None] * pair_scores(x.k.abs(), x.k.abs(), x.wkk.abs() * eta)
         dT = (units.gamma(2 * c) + 4 * units.op) * M + x.T.abs() @ dL @ x.T.abs()
         stored = torch.ones_like(x.T) if inverse == "pivoting" else torch.ones_like(x.T).tril()
         dT = dT + (units.inverse * x.T.abs() + phi_T) * stored

@@ -207,17 +207,24 @@ def recurrent_sequence(seq: DeltaSequence, scale: float) -> SequenceResult:
     """Return o ``[L, H, V]`` and S_L of one sequence, token by token, in its own dtype."""
     H, L, _ = seq.q.shape
     S = seq.S0  # [H, K, V]
-    sq = scale * seq.q
-    decay = None if seq.g is None else torch.exp(seq.g)  # [H, L] or [H, L, K]
+    # Unbound once, not indexed per token: autograd turns every index into a zero tensor of the
+    # whole input's size (O(L²) for the gradient oracle); an unbind's gradient is one stack.
+    qs, ks, vs, betas = (
+        (scale * seq.q).unbind(1),
+        seq.k.unbind(1),
+        seq.v.unbind(1),
+        seq.beta.unbind(1),
+    )
+    decays = None if seq.g is None else torch.exp(seq.g).unbind(1)  # [H] or [H, K] each
     outputs = []
     for t in range(L):
-        if decay is not None:
-            d = decay[:, t, :, None] if decay.ndim == 3 else decay[:, t, None, None]
+        if decays is not None:
+            d = decays[t][..., None] if decays[t].ndim == 2 else decays[t][:, None, None]
             S = d * S
-        k_t = seq.k[:, t, :, None]  # [H, K, 1]
-        u = seq.beta[:, t, None] * (seq.v[:, t] - (S * k_t).sum(1))  # [H, V]
+        k_t = ks[t][..., None]  # [H, K, 1]
+        u = betas[t][:, None] * (vs[t] - (S * k_t).sum(1))  # [H, V]
         S = S + k_t * u[:, None, :]
-        outputs.append((sq[:, t, :, None] * S).sum(1))  # [H, V]
+        outputs.append((qs[t][..., None] * S).sum(1))  # [H, V]
     if not outputs:
         return seq.v.new_zeros(0, H, seq.v.shape[-1]), S
     return torch.stack(outputs, dim=0), S

@@ -82,9 +82,6 @@ class Separable:
             return (at @ bj.transpose(-1, -2)) * W[..., 0]
         return torch.einsum("hpr,hqr,hpqr->hpq", at, bj, W)
 
-    def scaled(self, c: float) -> Separable:
-        return Separable(self.a * c, self.b, self.G)
-
 
 @dataclass(frozen=True)
 class Factor:
@@ -98,8 +95,7 @@ class Factor:
     far: Separable
     near: Near | None = None
     block: int = 1  # the scan's block must be a multiple of this
-    # Diagonal blocks already evaluated, by (first t, P): a factor with a decay or a dense
-    # formula appears in many terms, each scanning the same blocks.
+    # Diagonal blocks already evaluated, by (first t, P) (`diagonal_block`).
     _blocks: dict[tuple[int, int], torch.Tensor] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )
@@ -108,17 +104,26 @@ class Factor:
         return self.near(t, j) if self.near is not None else self.far.dense(t, j)
 
     def diagonal_block(self, t: torch.Tensor) -> torch.Tensor:
-        """`dense` at (t, t) for a block of consecutive positions t, kept for later terms."""
-        if self.near is None and self.far.G is None:  # a matrix product: cheap to redo
-            return self.far.dense(t, t)
+        """`dense` at (t, t) for a block of consecutive positions t.
+
+        Kept for later terms where it is a decay shared by every channel (the scalar gate's
+        weight, in nearly every term): an exp per pair. Everything else is redone, as matrix
+        products or a few elementwise operations per pair, not O(T·P) memory per factor.
+        """
+        G = self.far.G
+        if self.near is not None or G is None or G.shape[-1] > 1:
+            return self.dense(t, t)
         key = (int(t[0]), t.numel())
         block = self._blocks.get(key)
         if block is None:
             block = self._blocks[key] = self.dense(t, t)
         return block
 
-    def merge(self, other: Factor) -> Factor | None:
-        """The sum as one factor with concatenated channels, or `None` (different decays)."""
+    def merge(self, c: float, other: Factor, c_other: float) -> Factor | None:
+        """The sum c·self + c_other·other as one factor (channels concatenated), or `None`.
+
+        `None` where the two decay differently (another G).
+        """
         a, b = self.far, other.far
         if a.G is not b.G:
             return None
@@ -127,7 +132,7 @@ class Factor:
         if G is not None and G.shape[-1] > 1:  # one decay per channel: the channels concatenate
             G = torch.cat([G, G], -1)
         far = Separable(
-            torch.cat([a.a.expand(H, -1, -1), b.a.expand(H, -1, -1)], -1),
+            torch.cat([c * a.a.expand(H, -1, -1), c_other * b.a.expand(H, -1, -1)], -1),
             torch.cat([a.b.expand(H, -1, -1), b.b.expand(H, -1, -1)], -1),
             G,
         )
@@ -135,15 +140,9 @@ class Factor:
             return Factor(far, None, 1)
 
         def near(t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
-            return self.dense(t, j) + other.dense(t, j)
+            return c * self.dense(t, j) + c_other * other.dense(t, j)
 
         return Factor(far, near, _lcm(self.block, other.block))
-
-    def scaled(self, c: float) -> Factor:
-        if self.near is None:
-            return Factor(self.far.scaled(c), None, self.block)
-        near = self.near
-        return Factor(self.far.scaled(c), lambda t, j: c * near(t, j), self.block)
 
 
 def _lcm(a: int, b: int) -> int:
@@ -153,6 +152,7 @@ def _lcm(a: int, b: int) -> int:
 
 
 Term = tuple[Factor, ...]
+"""A product of factors; a `Pairs` is a sum of (coefficient, term)."""
 
 
 @dataclass(frozen=True)
@@ -168,14 +168,14 @@ class Pairs:
     a causal weight.
     """
 
-    terms: tuple[Term, ...]
+    terms: tuple[tuple[float, Term], ...]
     L: int
     block: int = field(default=128)
 
     # -- construction ----------------------------------------------------------------------
     @staticmethod
     def of(factor: Factor, L: int, block: int) -> Pairs:
-        return Pairs(((factor,),), L, block)
+        return Pairs(((1.0, (factor,)),), L, block)
 
     def lift(self, x: object) -> Pairs:
         """``x`` (a pair matrix, number, row or column tensor) as a pair matrix like this one."""
@@ -185,7 +185,7 @@ class Pairs:
         ones_col = torch.ones(1, self.L + 1, 1, dtype=torch.float64, device=dev)
         ones_row = torch.ones(1, self.L, 1, dtype=torch.float64, device=dev)
         if isinstance(x, int | float):
-            return Pairs.of(Factor(Separable(ones_row * float(x), ones_col)), self.L, self.block)
+            return Pairs.of(Factor(Separable(ones_row, ones_col)), self.L, self.block) * float(x)
         if isinstance(x, torch.Tensor):
             if x.ndim == 0:
                 return self.lift(float(x))
@@ -202,23 +202,23 @@ class Pairs:
         raise TypeError(f"Pairs cannot combine with {type(x).__name__} of shape {_shape(x)}")
 
     def _device(self) -> torch.device:
-        return self.terms[0][0].far.a.device
+        return self.terms[0][1][0].far.a.device
 
     def __add__(self, other: object) -> Pairs:
         o = self.lift(other)
         terms = list(self.terms)
-        for term in o.terms:
+        for c, term in o.terms:
             merged = False
             if len(term) == 1:
-                for i, mine in enumerate(terms):
+                for i, (c_mine, mine) in enumerate(terms):
                     if len(mine) == 1:
-                        both = mine[0].merge(term[0])
+                        both = mine[0].merge(c_mine, term[0], c)
                         if both is not None:
-                            terms[i] = (both,)
+                            terms[i] = (1.0, (both,))
                             merged = True
                             break
             if not merged:
-                terms.append(term)
+                terms.append((c, term))
         return Pairs(tuple(terms), self.L, self.block)
 
     __radd__ = __add__
@@ -234,10 +234,10 @@ class Pairs:
 
     def __mul__(self, other: object) -> Pairs:
         if isinstance(other, int | float):
-            terms = tuple((t[0].scaled(float(other)), *t[1:]) for t in self.terms)
-            return Pairs(terms, self.L, self.block)
+            scaled = tuple((c * float(other), term) for c, term in self.terms)
+            return Pairs(scaled, self.L, self.block)
         o = self.lift(other)
-        terms = tuple(a + b for a in self.terms for b in o.terms)
+        terms = tuple((c * d, a + b) for c, a in self.terms for d, b in o.terms)
         return Pairs(terms, self.L, self.block)
 
     __rmul__ = __mul__
@@ -256,8 +256,8 @@ class Pairs:
         t = torch.arange(1, self.L + 1, device=dev)
         jj = torch.tensor([j], device=dev)
         total: torch.Tensor | float = 0.0
-        for term in self.terms:
-            value = _product([f.dense(t, jj) for f in term])
+        for c, term in self.terms:
+            value = c * _product([f.dense(t, jj) for f in term])
             total = total + torch.where(jj[None, None, :] <= t[None, :, None], value, 0.0)
         assert isinstance(total, torch.Tensor)
         return total[..., 0]
@@ -285,8 +285,8 @@ class Pairs:
         j = torch.arange(0, self.L + 1, device=dev)
         causal = j[None, :] <= t[:, None]
         total: torch.Tensor | float = 0.0
-        for term in self.terms:
-            total = total + torch.where(causal, _product([f.dense(t, j) for f in term]), 0.0)
+        for c, term in self.terms:
+            total = total + torch.where(causal, c * _product([f.dense(t, j) for f in term]), 0.0)
         assert isinstance(total, torch.Tensor)
         return total
 
@@ -294,8 +294,9 @@ class Pairs:
         """The pairs within one block of consecutive positions t, densely: ``[H', P, P]``."""
         causal = t[None, :] <= t[:, None]
         total: torch.Tensor | float = 0.0
-        for term in self.terms:
-            total = total + torch.where(causal, _product([f.diagonal_block(t) for f in term]), 0.0)
+        for c, term in self.terms:
+            block = _product([f.diagonal_block(t) for f in term])
+            total = total + torch.where(causal, c * block, 0.0)
         assert isinstance(total, torch.Tensor)
         return total
 
@@ -312,15 +313,16 @@ class Pairs:
     def _contract(
         self, Y: torch.Tensor, *, reverse: bool, column_decay: torch.Tensor | None = None
     ) -> torch.Tensor:
-        H = max([Y.shape[0]] + [f.far.a.shape[0] for term in self.terms for f in term])
+        H = max([Y.shape[0]] + [f.far.a.shape[0] for _, term in self.terms for f in term])
         Y = Y.to(torch.float64).expand(H, -1, -1)
         out = torch.zeros(H, self.L, Y.shape[-1], dtype=torch.float64, device=Y.device)
-        for term in self.terms:
+        for c, term in self.terms:
             block = self.block
             for f in term:
                 if block % f.block:
                     raise ValueError(f"scan block {block} is not a multiple of {f.block}")
-            _scan_term(term, Y, block, out, reverse=reverse, column_decay=column_decay)
+            Yc = Y if c == 1.0 else c * Y
+            _scan_term(term, Yc, block, out, reverse=reverse, column_decay=column_decay)
         return out
 
 

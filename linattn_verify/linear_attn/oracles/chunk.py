@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.oracles._sequence import (
@@ -82,39 +83,63 @@ def _sequence(problem: Problem, C: int, n: int, b: int, start: int, end: int) ->
     # the whole input's size, O(T²/C) work for a long sequence; a split's gradient is one cat.
     q_chunks, k_chunks, v_chunks = (torch.split(x, C, dim=1) for x in (q, k, v))
     g_chunks = torch.split(g, C, dim=1) if g is not None else None
-    for i, c0 in enumerate(range(0, L, C)):
-        c1 = min(c0 + C, L)
-        qc, kc, vc = q_chunks[i], k_chunks[i], v_chunks[i]
+    # Under autograd (the gradient oracle) each chunk is recomputed in the backward rather than
+    # saved: a vector gate's [H, C, C, K] weights per chunk would be O(T·C·K) memory.
+    recompute = torch.is_grad_enabled() and any(
+        x is not None and x.requires_grad for x in (q, k, v, g, S, z)
+    )
+    eps = problem.eps if problem.normalize else None
+    for i in range(-(-L // C)):  # no chunk for an empty sequence
         gc = g_chunks[i] if g_chunks is not None else None
-        A = s * (qc @ kc.transpose(-1, -2))  # [H, n, n]
-        mask = torch.ones(c1 - c0, c1 - c0, dtype=torch.bool, device=q.device).tril()
-        if gc is not None and gc.ndim == 3:
-            N, Zc, S, z = _vector_chunk(s, qc, kc, vc, gc, mask, S, z)
-        elif gc is None:
-            P = A.masked_fill(~mask, 0)
-            N = P @ vc + s * (qc @ S)
-            Zc = P.sum(-1) + s * (qc @ z[..., None])[..., 0]
-            S = S + kc.transpose(-1, -2) @ vc
-            z = z + kc.sum(dim=1)
+        parts = (q_chunks[i], k_chunks[i], v_chunks[i], gc, S, z)
+        if recompute:
+            out, S, z = checkpoint(_chunk, s, eps, *parts, use_reentrant=False)
         else:
-            Gl = torch.cumsum(gc, dim=-1)  # [H, n]
-            # Masking before the exp keeps exp(Gl_i - Gl_j) for j > i (which can overflow once
-            # |Gl| > 709) out of the computation, so no inf * 0 reaches values or gradients.
-            diff = (Gl[:, :, None] - Gl[:, None, :]).masked_fill(~mask, float("-inf"))
-            P = A * torch.exp(diff)
-            w_in = torch.exp(Gl)  # [H, n]: decay from the chunk start to token i
-            N = P @ vc + s * w_in[..., None] * (qc @ S)
-            Zc = P.sum(-1) + s * w_in * (qc @ z[..., None])[..., 0]
-            Gl_end = Gl[:, -1:]
-            # exp(Gl_end - Gl_j) is the decay from token j to the chunk end, evaluated directly
-            # rather than as exp(Gl_end) / exp(Gl_j), which under- or overflows for steep g.
-            kw = kc * torch.exp(Gl_end - Gl)[..., None]  # [H, n, K]
-            total = torch.exp(Gl_end)  # [H, 1]
-            S = total[..., None] * S + kw.transpose(-1, -2) @ vc
-            z = total * z + kw.sum(dim=1)
-        outputs.append(divide_rows(N, Zc + problem.eps) if problem.normalize else N)
+            out, S, z = _chunk(s, eps, *parts)
+        outputs.append(out)
     o = torch.cat(outputs, dim=1) if outputs else q.new_zeros(H, 0, V)
     return o.transpose(0, 1), S, z
+
+
+def _chunk(
+    s: float,
+    eps: float | None,
+    qc: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    gc: torch.Tensor | None,
+    S: torch.Tensor,
+    z: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One chunk: its output (divided by Z + eps unless ``eps`` is `None`) and the next S, z."""
+    n = qc.shape[1]
+    A = s * (qc @ kc.transpose(-1, -2))  # [H, n, n]
+    mask = torch.ones(n, n, dtype=torch.bool, device=qc.device).tril()
+    if gc is not None and gc.ndim == 3:
+        N, Zc, S, z = _vector_chunk(s, qc, kc, vc, gc, mask, S, z)
+    elif gc is None:
+        P = A.masked_fill(~mask, 0)
+        N = P @ vc + s * (qc @ S)
+        Zc = P.sum(-1) + s * (qc @ z[..., None])[..., 0]
+        S = S + kc.transpose(-1, -2) @ vc
+        z = z + kc.sum(dim=1)
+    else:
+        Gl = torch.cumsum(gc, dim=-1)  # [H, n]
+        # Masking before the exp keeps exp(Gl_i - Gl_j) for j > i (which can overflow once
+        # |Gl| > 709) out of the computation, so no inf * 0 reaches values or gradients.
+        diff = (Gl[:, :, None] - Gl[:, None, :]).masked_fill(~mask, float("-inf"))
+        P = A * torch.exp(diff)
+        w_in = torch.exp(Gl)  # [H, n]: decay from the chunk start to token i
+        N = P @ vc + s * w_in[..., None] * (qc @ S)
+        Zc = P.sum(-1) + s * w_in * (qc @ z[..., None])[..., 0]
+        Gl_end = Gl[:, -1:]
+        # exp(Gl_end - Gl_j) is the decay from token j to the chunk end, evaluated directly
+        # rather than as exp(Gl_end) / exp(Gl_j), which under- or overflows for steep g.
+        kw = kc * torch.exp(Gl_end - Gl)[..., None]  # [H, n, K]
+        total = torch.exp(Gl_end)  # [H, 1]
+        S = total[..., None] * S + kw.transpose(-1, -2) @ vc
+        z = total * z + kw.sum(dim=1)
+    return (N if eps is None else divide_rows(N, Zc + eps)), S, z
 
 
 def _vector_chunk(
