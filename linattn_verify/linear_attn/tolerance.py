@@ -82,13 +82,18 @@ from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn._bounds.dependence import depends_on_rows
 from linattn_verify.linear_attn._bounds.forward import ForwardPieces, forward_sequence
 from linattn_verify.linear_attn._bounds.gradients import Cotangents, backward_sequence
-from linattn_verify.linear_attn._bounds.terms import DENSE_TOKENS, SequenceTerms, Units
+from linattn_verify.linear_attn._bounds.terms import (
+    DENSE_TOKENS,
+    DENSE_VECTOR_TOKENS,
+    SequenceTerms,
+    Units,
+)
 from linattn_verify.linear_attn._bounds.vector_gradients import vector_backward_sequence
 from linattn_verify.linear_attn.recipe import PrecisionRecipe, dtype_name
 from linattn_verify.linear_attn.semantics import Problem
 
 ORACLE_CHUNK = 64
-"""Chunk size of the float64 chunked oracle used beyond `DENSE_TOKENS` tokens."""
+"""Chunk size of the float64 chunked oracle the gradients use beyond `DENSE_TOKENS` tokens."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +170,8 @@ def forward_bounds(
         scan_block: Tokens per block of the O(T) evaluation of the pair sums
             (`linattn_verify.linear_attn._bounds.pairwise`; rounded up to a multiple of the
             recipe's chunk size), or `None`: dense [L, L+1] pair matrices up to
-            `DENSE_TOKENS` tokens per sequence, the scan with `SCAN_TOKENS` beyond. The
+            `DENSE_TOKENS` tokens per sequence (`DENSE_VECTOR_TOKENS` under a vector gate), the
+            scan with `SCAN_TOKENS` beyond. The
             gradient bounds built on the result evaluate the same way. Default: `None`.
 
     Returns:
@@ -364,7 +370,8 @@ def reference_gradients(
     """Return the exact (float64) gradients of <o, do> + <S_T, dS_T> + <z_T, dz_T>.
 
     Computed by torch autograd through the float64 parallel reference, or for sequences longer
-    than `DENSE_TOKENS` the chunked one (O(T·C) time and memory; docs/error-model.md §6.4).
+    than `DENSE_TOKENS` (`DENSE_VECTOR_TOKENS` under a vector gate) the chunked one (O(T·C) time,
+    O(T) memory: each chunk is recomputed in the backward; docs/error-model.md §6.5).
     Keys are those of `GRADIENT_NAMES` whose input exists (``g`` only with decay,
     ``initial_state`` only when one was given).
     """
@@ -376,7 +383,7 @@ def reference_gradients(
     p, leaves = replace(p, output_final_state=True).with_grad_leaves()
     longest = max((end - start for _, _, start, end in p.sequences()), default=0)
     with torch.enable_grad():
-        if longest <= DENSE_TOKENS:
+        if longest <= (DENSE_VECTOR_TOKENS if p.vector_gate else DENSE_TOKENS):
             o, final = parallel_reference(p)
         else:
             o, final = chunk_reference(p, chunk_size=ORACLE_CHUNK)

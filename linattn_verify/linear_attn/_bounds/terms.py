@@ -30,6 +30,9 @@ DENSE_TOKENS = 1024
 """Sequences up to this length keep their pair quantities as dense [L, L+1] tensors (fastest at
 small L); longer ones are evaluated by the block scan of `_bounds.pairwise`."""
 
+DENSE_VECTOR_TOKENS = 256
+"""The same for a vector gate, whose dense weights are [H, K, L, L+1]: O(L²K)."""
+
 SCAN_TOKENS = 128
 """Tokens per block of that scan (rounded up to a multiple of the recipe's chunk size)."""
 
@@ -263,7 +266,8 @@ class SequenceTerms:
         # term's other factors (|A| |v| can be huge). At most t - j + 2 such operations.
         self.lam = self.units.underflow * dec
         self.W_end_abs = (self.lam * (Lf - j.to(f64) + 2))[None]  # [1, L+1]
-        if scan_block is None and L > DENSE_TOKENS:
+        dense_limit = DENSE_VECTOR_TOKENS if self.vector else DENSE_TOKENS
+        if scan_block is None and dense_limit < self.L:
             scan_block = SCAN_TOKENS
         self.lazy = scan_block is not None and L > 0  # an empty sequence has no pairs
         # A vector gate's weight errors as f(t) + g(j), across and within chunks (lazily).
