@@ -231,6 +231,7 @@ class SequenceTerms:
         else:
             G = torch.zeros(H, L + 1, dtype=f64, device=dev)
         self.G = G  # [H, L+1] ([H*K, L+1] for a vector gate), G[:, 0] = 0
+        self._blocks_of_G: tuple[int, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         # The pair quantities ([H?, L, L+1], dense or lazy: `_dense_pairs`, `_lazy_pairs`).
         self.W: PairMatrix
         self.causal: PairMatrix
@@ -621,8 +622,11 @@ class SequenceTerms:
     def _block_terms(self, G: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The decay scan's block size, and per position 0..L: block, |G| since its start, total.
 
-        The total is the block's |ΣG|, 0 for the initial state (position 0).
+        The total is the block's |ΣG|, 0 for the initial state (position 0). Kept for the
+        sequence's own G: the scan asks for it once per block (O(L) each).
         """
+        if G is self.G and self._blocks_of_G is not None:
+            return self._blocks_of_G
         scan = self.recipe.decay_scan
         block = self.recipe.chunk_size if scan == "chunk_local" else max(self.L, 1)
         pos = torch.arange(0, self.L + 1, device=G.device)
@@ -631,6 +635,8 @@ class SequenceTerms:
         G_local = (G - G[:, start]).abs()  # [H, L+1]
         end = torch.clamp((blk + 1) * block, max=self.L)
         G_block_total = torch.where(blk >= 0, (G[:, end] - G[:, start]).abs(), 0.0)
+        if G is self.G:
+            self._blocks_of_G = (block, blk, G_local, G_block_total)
         return block, blk, G_local, G_block_total
 
     def _weight_error(
