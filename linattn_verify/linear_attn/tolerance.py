@@ -86,8 +86,8 @@ from linattn_verify.linear_attn._bounds.terms import (
     DENSE_TOKENS,
     DENSE_VECTOR_TOKENS,
     SequenceTerms,
-    Units,
 )
+from linattn_verify.linear_attn._bounds.units import Units
 from linattn_verify.linear_attn._bounds.vector_gradients import vector_backward_sequence
 from linattn_verify.linear_attn.recipe import PrecisionRecipe, dtype_name
 from linattn_verify.linear_attn.semantics import Problem
@@ -154,8 +154,9 @@ def forward_bounds(
 ) -> ForwardBounds:
     """Compute the exact forward result and its error bounds for a kernel following ``recipe``.
 
-    A vector gate (g ``[B, T, H, K]``) is covered (docs/error-model.md §2.7); its weights take
-    O(T²K) float64 memory per head and sequence.
+    A vector gate (g ``[B, T, H, K]``) is covered (docs/error-model.md §2.7). Time and memory
+    are O(T) per sequence past `DENSE_TOKENS` tokens (`DENSE_VECTOR_TOKENS` under a vector gate),
+    O(T²) (O(T²K)) up to there: docs/error-model.md §6.5.
 
     Args:
         problem: The problem exactly as the kernel received it (any dtype: it is converted
@@ -422,7 +423,7 @@ def backward_bounds(
             Default: `True`.
 
     A vector gate (g ``[B, T, H, K]``) is covered (docs/error-model.md §5.1): dg is then
-    ``[B, T, H, K]``, and the bound takes O(T²K) float64 memory per head and sequence.
+    ``[B, T, H, K]``. Time and memory are those of `forward_bounds`.
 
     Returns:
         A `TensorBound` per gradient, keyed by `GRADIENT_NAMES` (only the inputs that exist).

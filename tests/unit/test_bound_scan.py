@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linattn_verify.linear_attn._bounds.pairwise import Factor, Pairs, Separable
-from linattn_verify.linear_attn._bounds.terms import SequenceTerms, Units
+from linattn_verify.linear_attn._bounds.terms import SequenceTerms
+from linattn_verify.linear_attn._bounds.units import Units
 from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.semantics import validate_problem
 from linattn_verify.linear_attn.tolerance import backward_bounds, forward_bounds

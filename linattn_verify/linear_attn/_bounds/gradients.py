@@ -11,7 +11,8 @@ import torch
 from linattn_verify.linear_attn._bounds import lifted
 from linattn_verify.linear_attn._bounds.forward import ForwardPieces
 from linattn_verify.linear_attn._bounds.overflow import backward_overflow
-from linattn_verify.linear_attn._bounds.terms import SequenceTerms, Units
+from linattn_verify.linear_attn._bounds.terms import SequenceTerms
+from linattn_verify.linear_attn._bounds.units import Units
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""Unit roundoffs of a recipe, and the T x (T+1) term structure of one sequence.
+"""The T x (T+1) term structure of one sequence: dense pair matrices, or a block scan's.
 
 The derivation of every count and error term is in `linattn_verify.linear_attn.tolerance`'s
 docstring.
@@ -12,18 +12,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.linear_attn._bounds import lifted
-from linattn_verify.linear_attn._bounds.pairwise import (
-    FACTORED_SPAN,
-    Factor,
-    Near,
-    PairMatrix,
-    Pairs,
-    Separable,
-)
+from linattn_verify.linear_attn._bounds.pairwise import Factor, Near, PairMatrix, Pairs, Separable
+from linattn_verify.linear_attn._bounds.units import Units, exp_error
 from linattn_verify.linear_attn.feature_maps import feature_map_derivative
-from linattn_verify.linear_attn.recipe import DivisionLimits, PrecisionRecipe, dtype_name
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.semantics import Problem
 
 DENSE_TOKENS = 1024
@@ -36,125 +29,20 @@ DENSE_VECTOR_TOKENS = 256
 SCAN_TOKENS = 128
 """Tokens per block of that scan (rounded up to a multiple of the recipe's chunk size)."""
 
-SMALLEST_NORMAL_FP32 = 2.0**-126
-"""A feature exp(x) below this may be flushed to zero: an absolute error of at most this."""
-
-HALF_SMALLEST_SUBNORMAL = {
-    "float64": 2.0**-1075,
-    "float32": 2.0**-150,
-    "float16": 2.0**-25,
-    "bfloat16": 2.0**-134,
-}
-"""Largest absolute error of rounding a tiny value to each format (gradual underflow)."""
-
-
-@dataclass(frozen=True)
-class Units:
-    """The unit roundoffs a recipe implies for one input dtype."""
-
-    acc: float  # accumulation
-    arith: float  # elementwise arithmetic (exp, φ, multiplies)
-    per_term: float  # casts to the intermediate dtype and tf32 operands, per term
-    out: float  # rounding of the output to the input dtype (0 when it is the fp32 result)
-    div: float
-    underflow: float  # absolute error of one operation whose result underflows (FTZ-safe)
-    out_abs: float  # absolute error of rounding a result below the output dtype's normal range
-    cast_abs: float  # the same for one cast to the intermediate dtype, times casts on a path
-    # A reciprocal division's 1/Z: its absolute error below the normal range, and its dtype's
-    # smallest normal and largest finite value (0, 0 and inf for a direct division).
-    reciprocal_abs: float = 0.0
-    reciprocal_tiny: float = 0.0
-    reciprocal_max: float = float("inf")
-    # A division in the input dtype rounds fp32 N and Z to it first: below its normal range
-    # each cast loses up to half its smallest subnormal (0 when nothing is cast).
-    division_cast_abs: float = 0.0
-    # One operation of the backward's quotient adjoints (dN = do/Z, dZ = -(do·N)/Z^2, in the
-    # division's dtype) whose result is below that dtype's normal range errs by up to this much,
-    # absolutely (docs/error-model.md §5, "Quotient adjoints below the normal range").
-    adjoint_abs: float = 0.0
-    # The largest value of the input dtype where the kernel computes (``overflow_arith``) or
-    # divides (``overflow_division``) in it, inf elsewhere (`_bounds.overflow`).
-    overflow_arith: float = float("inf")
-    overflow_division: float = float("inf")
-
-    @property
-    def lost_intermediate(self) -> float:
-        """Absolute error of an intermediate product lost to underflow or a cast.
-
-        A partial product of a term (w·dP, P·ζ, q·e^G, ...) that underflows, or that is cast to
-        the intermediate dtype, loses up to this much before the term's remaining factors
-        multiply it; four such partial products per term cover every evaluation order of the
-        (at most five-factor) terms here.
-        """
-        return self.cast_abs + 4 * self.underflow
-
-    @staticmethod
-    def of(recipe: PrecisionRecipe, dtype: torch.dtype) -> Units:
-        name = dtype_name(dtype)
-        out = 0.0 if name in ("float32", "float64") else UNIT_ROUNDOFF[name]
-        float64 = recipe.accumulation == "float64"
-        low = recipe.intermediate_dtype
-        low_name = name if low == "input" else low
-        limits = recipe.division_limits(dtype) or DivisionLimits(0.0, 0.0, float("inf"))
-        narrow = name not in ("float32", "float64") and not float64
-        largest = float(torch.finfo(dtype).max) if narrow else float("inf")
-        # With flush-to-zero an underflowing result can lose all of the smallest normal: of
-        # the arithmetic's format (the input dtype's for arithmetic in the input dtype).
-        underflow = (
-            2.0**-1022
-            if float64
-            else max(SMALLEST_NORMAL_FP32, _smallest_normal(dtype))
-            if recipe.accumulation == "input"
-            else SMALLEST_NORMAL_FP32
-        )
-        narrow_division = narrow and recipe.division_dtype == "input"
-        return Units(
-            acc=recipe.u_acc(dtype),
-            arith=recipe.u_arith(dtype),
-            per_term=recipe.casts_on_path * recipe.u_low(dtype)
-            + recipe.dots_on_path * 2 * recipe.u_op,
-            out=out,
-            div=recipe.u_div(dtype),
-            underflow=underflow,
-            out_abs=HALF_SMALLEST_SUBNORMAL[name],
-            cast_abs=0.0
-            if low_name is None
-            else recipe.casts_on_path * HALF_SMALLEST_SUBNORMAL[low_name],
-            reciprocal_abs=limits.subnormal_abs,
-            reciprocal_tiny=limits.smallest_normal,
-            reciprocal_max=limits.largest,
-            division_cast_abs=HALF_SMALLEST_SUBNORMAL[name]
-            if recipe.division_dtype == "input" and recipe.accumulation not in ("float64", "input")
-            else 0.0,
-            adjoint_abs=max(underflow, HALF_SMALLEST_SUBNORMAL[name])
-            if narrow_division
-            else underflow,
-            overflow_arith=largest if recipe.accumulation == "input" else float("inf"),
-            overflow_division=largest
-            if recipe.division_dtype == "input" or recipe.accumulation == "input"
-            else float("inf"),
-        )
-
-
-def _smallest_normal(dtype: torch.dtype) -> float:
-    return float(torch.finfo(dtype).smallest_normal)
-
-
-def exp_error(x: torch.Tensor, u: float) -> torch.Tensor:
-    """ε_exp(x) = (4 + 2.4|x|) u: relative error of ``tl.exp`` (ex2.approx) on fp32."""
-    return (4 + 2.4 * x.abs()) * u
-
 
 class SequenceTerms:
     """The T x (T+1) term structure of one sequence (all heads), in float64.
 
-    Column 0 of every [H, T, T+1] matrix is the virtual key j = 0 that stands for the initial
-    state; columns 1..T are the tokens.
+    Column 0 of every [H, T, T+1] pair matrix is the virtual key j = 0 that stands for the
+    initial state; columns 1..T are the tokens. The pair matrices (``W``, ``causal``,
+    ``acc_fwd``, ``acc_rev``, ``eps_w``, ``W_abs``) are dense tensors up to `DENSE_TOKENS`
+    tokens (`DENSE_VECTOR_TOKENS` under a vector gate) and lazy `Pairs` beyond (``lazy``),
+    contracted by a block scan in O(T) time and memory; the bound formulas use them alike.
 
-    With a vector gate (``vector``; g ``[B, T, H, K]``) the decay quantities ``G``, ``W``,
-    ``W_end``, ``eps_w`` and ``eps_w_end`` have one row per (head, key dimension), head-major
-    (``[H*K, ...]``, viewed as ``[H, K, ...]`` by `linattn_verify.linear_attn._bounds.vector`): the
-    weights w_tjm = exp(G_tm - G_jm) of all T x (T+1) x K terms, O(T²K) float64 memory per head.
+    With a vector gate (``vector``; g ``[B, T, H, K]``) the decay quantities ``G``, ``W_end``
+    and ``eps_w_end`` (and dense ``W`` and ``eps_w``) have one row per (head, key dimension),
+    head-major (``[H*K, ...]``); the sums over key dimensions that carry the weights
+    w_tjm = exp(G_tm - G_jm) are `weighted`, `rows` and `cols`.
     """
 
     def __init__(
@@ -174,7 +62,7 @@ class SequenceTerms:
         self.units = units
         self.recipe = recipe
         # A kernel that does not promise bit-exact causality may take its decays from a
-        # reference point anywhere in the block (`_weight_error`), and a global scan may run
+        # reference point anywhere in the block (`weight_error`), and a global scan may run
         # over the whole packed row: its cumulative sums then carry the earlier sequences'.
         self.causal_exact = causal_exact
         self.packed_offset = _packed_offset(p, b, start) if not causal_exact else None
@@ -244,7 +132,7 @@ class SequenceTerms:
         self.W_end = torch.exp(G[:, -1:] - G)  # [H, L+1]: weight of key j in the final state
         dec = int(decay)
         Lf = float(L)
-        end_crossings = self._chunk_of(torch.tensor(Lf, dtype=f64, device=dev)) - self._chunk_of(
+        end_crossings = self.chunk_of(torch.tensor(Lf, dtype=f64, device=dev)) - self.chunk_of(
             j.to(f64)
         )
         self.acc_state = self._forms(
@@ -254,9 +142,9 @@ class SequenceTerms:
         )  # [L+1], roundings of a final-state term φ(k_j) v_j w_Tj
         if decay:
             self.eps_w_end = (
-                self._weight_error(
-                    G, (G[:, -1:] - G)[:, None, :], torch.tensor([L], device=dev), j
-                )[:, 0]
+                self.weight_error(G, (G[:, -1:] - G)[:, None, :], torch.tensor([L], device=dev), j)[
+                    :, 0
+                ]
                 if L
                 else torch.zeros(G.shape[0], 1, dtype=f64, device=dev)
             )  # [H, L+1]
@@ -271,9 +159,6 @@ class SequenceTerms:
         if scan_block is None and dense_limit < self.L:
             scan_block = SCAN_TOKENS
         self.lazy = scan_block is not None and L > 0  # an empty sequence has no pairs
-        # A vector gate's weight errors as f(t) + g(j), across and within chunks (lazily).
-        self._far_error: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._same_error: tuple[torch.Tensor, torch.Tensor] | None = None
         if self.lazy:
             assert scan_block is not None
             self._lazy_pairs(_lcm(scan_block, recipe.chunk_size))
@@ -281,10 +166,10 @@ class SequenceTerms:
             self._dense_pairs()
 
     @staticmethod
-    def _positions(L: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def positions(L: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.arange(1, L + 1, device=dev), torch.arange(0, L + 1, device=dev)
 
-    def _chunk_of(self, x: torch.Tensor) -> torch.Tensor:
+    def chunk_of(self, x: torch.Tensor) -> torch.Tensor:
         """Chunk index of positions 1..L; the initial state (0) sits in chunk -1."""
         C = self.recipe.chunk_size
         return torch.where(x > 0, torch.div(x - 1, C, rounding_mode="floor"), -1.0)
@@ -293,13 +178,13 @@ class SequenceTerms:
         """The pair quantities as [L, L+1] (or [H, L, L+1]) float64 tensors."""
         L, G, dev, f64 = self.L, self.G, self.G.device, torch.float64
         dec, C = int(self.decay), self.recipe.chunk_size
-        t, j = self._positions(L, dev)
+        t, j = self.positions(L, dev)
         causal = j[None, :] <= t[:, None]  # [L, L+1]
         D = (G[:, 1:, None] - G[:, None, :]).masked_fill(~causal, float("-inf"))  # [H, L, L+1]
         self.W = torch.exp(D)  # zero above the diagonal
         self.causal = causal
         tt, jj = t[:, None].to(f64), j[None, :].to(f64)
-        crossings = self._chunk_of(tt) - self._chunk_of(jj)
+        crossings = self.chunk_of(tt) - self.chunk_of(jj)
         self.acc_fwd = self._forms(
             parallel=tt + 1 + dec + 0 * jj,
             chunk=C + (1 + dec) * crossings + 1 + 2 * dec,
@@ -311,7 +196,7 @@ class SequenceTerms:
             recurrent=2 + (1 + dec) * (tt - jj),
         )  # [L, L+1], roundings of accumulation along a column (over t)
         if self.decay:
-            self.eps_w = self._weight_error(G, D, t, j)  # [H, L, L+1]
+            self.eps_w = self.weight_error(G, D, t, j)  # [H, L, L+1]
         else:
             self.eps_w = torch.zeros(1, L, L + 1, dtype=f64, device=dev)
         self.W_abs = torch.where(causal, self.lam * (tt - jj + 2), 0.0)[None]  # [1, L, L+1]
@@ -324,7 +209,7 @@ class SequenceTerms:
         a multiple of the recipe's chunk size, so no two blocks share a chunk.
         """
         L, G, dev, f64 = self.L, self.G, self.G.device, torch.float64
-        t, j = self._positions(L, dev)
+        t, j = self.positions(L, dev)
         tf, jf = t.to(f64), j.to(f64)
         ones_t, ones_j = torch.ones_like(tf), torch.ones_like(jf)
 
@@ -343,8 +228,8 @@ class SequenceTerms:
             self.W = pairs(Factor(one))
         dec, C = int(self.decay), self.recipe.chunk_size
         # Each form's count is f(t) + g(j) (``_count_parts``); so is their sum.
-        f_chunk = C + 1 + 2 * dec + (1 + dec) * self._chunk_of(tf)
-        g_chunk = -(1 + dec) * self._chunk_of(jf)
+        f_chunk = C + 1 + 2 * dec + (1 + dec) * self.chunk_of(tf)
+        g_chunk = -(1 + dec) * self.chunk_of(jf)
         f_rec, g_rec = 2 + (1 + dec) * tf, -(1 + dec) * jf
         f_fwd = self._forms(parallel=tf + 1 + dec, chunk=f_chunk, recurrent=f_rec)
         g_fwd = self._forms(parallel=0 * jf, chunk=g_chunk, recurrent=g_rec)
@@ -354,7 +239,7 @@ class SequenceTerms:
         self.acc_rev = pairs(_sum_of(f_rev, g_rev))
         self.W_abs = pairs(_sum_of(self.lam * (tf + 2), -self.lam * jf))
         if self.decay and not self.vector:
-            f, g, near, unit = self._lazy_weight_error()
+            f, g, near, unit = self.separable_weight_error()
             self.eps_w = pairs(replace(_sum_of(f, g), near=near, block=unit))
         elif not self.vector:
             self.eps_w = pairs(_sum_of(0 * tf, 0 * jf))
@@ -428,198 +313,7 @@ class SequenceTerms:
         j = torch.arange(1, self.L + 1, device=rows.device)
         return (before.gather(-1, last) - before[:, j - 1]) > 0
 
-    # -- a vector gate: weights inside the sums over key dimensions -------------------------
-    def _vector_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """``[H*K, N]`` (head-major rows) as ``[H, N, K]``."""
-        return x.reshape(self.H, self.K, -1).transpose(1, 2)
-
-    def first_weights(self) -> torch.Tensor:
-        """w_t0m = exp(G_tm): the initial state's weight per key dimension, ``[H, L, K]``."""
-        return self._vector_rows(torch.exp(self.G[:, 1:]))
-
-    def first_weight_errors(self) -> torch.Tensor:
-        """ε_w(t, 0, m), ``[H, L, K]``."""
-        if not self.decay or not self.L:
-            return self.q_feat.new_zeros(self.H, self.L, self.K)
-        t, j = self._positions(self.L, self.G.device)
-        D = (self.G[:, 1:] - self.G[:, :1])[..., None]  # [H*K, L, 1]
-        return self._vector_rows(self._weight_error(self.G, D, t, j[:1])[..., 0])
-
-    def _dense_vector_weights(self, error: bool) -> torch.Tensor:
-        """w_tjm (times ε_w(t, j, m)) over tokens, ``[H, K, L, L]``."""
-        W: torch.Tensor = self.W.reshape(self.H, self.K, self.L, self.L + 1)[..., 1:]
-        if error:
-            W = W * self.eps_w.reshape(self.H, self.K, self.L, self.L + 1)[..., 1:]
-        return W
-
-    def _block_vector_weights(self, t: torch.Tensor, j: torch.Tensor, error: bool) -> torch.Tensor:
-        """w_tjm (times ε_w) at positions t ``[P]``, j ``[Q]``: ``[H, K, P, Q]``."""
-        causal = j[None, :] <= t[:, None]
-        D = (self.G[:, t, None] - self.G[:, None, j]).masked_fill(~causal, float("-inf"))
-        W = torch.exp(D)
-        if error:
-            W = W * self._weight_error(self.G, D, t, j)
-        return W.reshape(self.H, self.K, t.numel(), j.numel())
-
-    def _error_parts(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """ε_w = f(t, m) + g(j, m) across scan blocks: f ``[H, L, K]``, g ``[H, L+1, K]``."""
-        if self._far_error is None:
-            f, g, _, unit = self._lazy_weight_error()
-            assert self.block % unit == 0
-            self._far_error = (self._vector_rows(f), self._vector_rows(g))
-        return self._far_error
-
-    def _same_chunk_error_parts(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """ε_w = f(t, m) + g(j, m) for pairs in one chunk (a chunk-local scan), as `_error_parts`.
-
-        Within a chunk `_weight_error` has one piece and no block total of j's, so
-        ε_w = 5u + 3.4u (G̃_t - G̃_j) + C u (|G_t|_loc + |G_j|_loc) (+ the reference points' share
-        of a kernel not promising causality: 10u + (6.8u + C u) |ΣG of t's chunk|).
-        """
-        if self._same_error is None:
-            u, Gn = self.units.arith, -self.G
-            B, _, G_local, GBT = self._block_terms(self.G)
-            f = 5 * u + 3.4 * u * Gn[:, 1:] + B * u * G_local[:, 1:]
-            g = -3.4 * u * Gn + B * u * G_local
-            if not self.causal_exact:
-                f = f + 10 * u + (6.8 * u + B * u) * GBT[:, 1:]
-            self._same_error = (self._vector_rows(f), self._vector_rows(g))
-        return self._same_error
-
-    def _block_error_masks(
-        self, t: torch.Tensor
-    ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """ε_w within the scan block t as f(t) + g(j) on each of some masks of its pairs.
-
-        ``[(mask [P, P], f [H, P, K], g [H, P, K])]``: one formula for a per-step or global scan,
-        within a chunk and across chunks for a chunk-local one.
-        """
-        f, g = self._error_parts()
-        pairs = t[None, :] <= t[:, None]
-        if self.recipe.decay_scan != "chunk_local":
-            return [(pairs, f[:, t - 1], g[:, t])]
-        fs, gs = self._same_chunk_error_parts()
-        chunk = self._chunk_of(t.to(torch.float64))
-        same = chunk[:, None] == chunk[None, :]
-        return [(pairs & same, fs[:, t - 1], gs[:, t]), (pairs & ~same, f[:, t - 1], g[:, t])]
-
-    def _factored_weights(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """exp(G_tm - G_rm) and exp(G_rm - G_jm) for the scan block t (r its first position).
-
-        Their product is the weight w_tjm of j <= t in the block, so the block's weighted sums
-        are matrix products; `None` where the block's decay spans more than `FACTORED_SPAN`
-        (one factor could overflow): those blocks take the masked difference itself.
-        """
-        Gc = self._channel_decay()
-        r = int(t[0])
-        span = Gc[:, r] - Gc[:, int(t[-1])]
-        if float(span.max()) > FACTORED_SPAN:
-            return None
-        ref = Gc[:, r : r + 1]
-        return torch.exp(Gc[:, t] - ref), torch.exp(ref - Gc[:, t])
-
-    def _channel_decay(self) -> torch.Tensor:
-        return self._vector_rows(self.G)  # [H, L+1, K]
-
-    def weighted(self, a: torch.Tensor, b: torch.Tensor, *, error: bool = False) -> PairMatrix:
-        """Σ_m w_tjm a_tm b_jm over tokens (with ``error``, times ε_w(t, j, m)), ``[H, L, L]``."""
-        if not self.lazy:
-            return torch.einsum("hmtj,htm,hjm->htj", self._dense_vector_weights(error), a, b)
-        b0 = torch.cat([torch.zeros_like(b[:, :1]), b], 1)
-        Gc = self._channel_decay()
-        if not error:  # exactly a decayed inner product
-            return Pairs.of(Factor(Separable(a, b0, Gc)), self.L, self.block)
-
-        def near(t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
-            factored = self._factored_weights(t) if t is j else None
-            if factored is None:
-                W = self._block_vector_weights(t, j, error)
-                return torch.einsum("hmtj,htm,hjm->htj", W, a[:, t - 1], b0[:, j])
-            # A diagonal block: Σ_m a_tm e_tm (f_tm + g_jm) c_jm b_jm on each mask.
-            e, c = factored
-            at, bj = a[:, t - 1] * e, b0[:, t] * c
-            out = at.new_zeros(at.shape[0], t.numel(), t.numel())
-            for mask, fb, gb in self._block_error_masks(t):
-                block = (at * fb) @ bj.transpose(-1, -2) + at @ (bj * gb).transpose(-1, -2)
-                out = out + torch.where(mask, block, 0.0)
-            return out
-
-        f, g = self._error_parts()
-        far = Separable(
-            torch.cat([f * a, a], -1), torch.cat([b0, g * b0], -1), torch.cat([Gc, Gc], -1)
-        )
-        unit = self.recipe.chunk_size if self.recipe.decay_scan == "chunk_local" else 1
-        return Pairs.of(Factor(far, near, unit), self.L, self.block)
-
-    def rows(self, P: PairMatrix, b: torch.Tensor, *, error: bool = False) -> torch.Tensor:
-        """Σ_j P_tj w_tjm b_jm (with ``error``, times ε_w(t, j, m)), ``[H, L, K]``."""
-        return self._aligned(P, b, error, reverse=False)
-
-    def cols(self, P: PairMatrix, a: torch.Tensor, *, error: bool = False) -> torch.Tensor:
-        """Σ_t P_tj w_tjm a_tm (with ``error``, times ε_w(t, j, m)), ``[H, L, K]`` over j."""
-        return self._aligned(P, a, error, reverse=True)
-
-    def _aligned(
-        self, P: PairMatrix, Y: torch.Tensor, error: bool, *, reverse: bool
-    ) -> torch.Tensor:
-        if not self.lazy:
-            X = self._dense_vector_weights(error)
-            spec = "hmtj,htj,htm->hjm" if reverse else "hmtj,htj,hjm->htm"
-            return torch.einsum(spec, X, P, Y)
-        assert isinstance(P, Pairs)
-        Gc = self._channel_decay()
-        H, L, K = self.H, self.L, self.K
-        out = Y.new_zeros(H, L, K)
-        for s0 in range(0, L, self.block):
-            e = min(s0 + self.block, L)
-            t = torch.arange(s0 + 1, e + 1, device=Y.device)
-            out[:, s0:e] += self._aligned_block(
-                P.diagonal(t).expand(H, -1, -1), Y, t, error, reverse
-            )
-        if not error:
-            return out + P.across_blocks(Y, Gc, reverse=reverse)
-        # ε = f(t, m) + g(j, m) across blocks: f on the rows' side, g on the columns'.
-        f, g = self._error_parts()
-        if reverse:  # Y is indexed by rows t, the result by columns j
-            far = P.across_blocks(torch.cat([f * Y, Y], -1), torch.cat([Gc, Gc], -1), reverse=True)
-            return out + far[..., :K] + g[:, 1:] * far[..., K:]
-        far = P.across_blocks(
-            torch.cat([Y, g[:, 1:] * Y], -1), torch.cat([Gc, Gc], -1), reverse=False
-        )
-        return out + f * far[..., :K] + far[..., K:]
-
-    def _aligned_block(
-        self, Pb: torch.Tensor, Y: torch.Tensor, t: torch.Tensor, error: bool, reverse: bool
-    ) -> torch.Tensor:
-        """`_aligned` over the pairs of the scan block t, with its pair matrix Pb ``[H, P, P]``."""
-        Yb = Y[:, t - 1]
-        factored = self._factored_weights(t)
-        if factored is None:
-            W = self._block_vector_weights(t, t, error)  # [H, K, P, P]
-            spec = "hmtj,htj,htm->hjm" if reverse else "hmtj,htj,hjm->htm"
-            return torch.einsum(spec, W, Pb, Yb)
-        e, c = factored  # w_tjm = e_tm c_jm
-        pairs = t[None, :] <= t[:, None]
-        parts = self._block_error_masks(t) if error else [(pairs, None, None)]
-        out = torch.zeros_like(Yb)
-        for mask, fb, gb in parts:
-            Pm = torch.where(mask, Pb, 0.0)
-            if reverse:  # Σ_t P_tj e_t (f_t + g_j) c_j Y_t, by columns j
-                eY = e * Yb
-                if fb is None or gb is None:
-                    out += c * (Pm.transpose(-1, -2) @ eY)
-                else:
-                    PT = Pm.transpose(-1, -2)
-                    out += c * (PT @ (fb * eY) + gb * (PT @ eY))
-            else:  # Σ_j P_tj e_t (f_t + g_j) c_j Y_j, by rows t
-                cY = c * Yb
-                if fb is None or gb is None:
-                    out += e * (Pm @ cY)
-                else:
-                    out += e * (fb * (Pm @ cY) + Pm @ (gb * cY))
-        return out
-
-    def _block_terms(self, G: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def block_terms(self, G: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The decay scan's block size, and per position 0..L: block, |G| since its start, total.
 
         The total is the block's |ΣG|, 0 for the initial state (position 0). Kept for the
@@ -639,7 +333,7 @@ class SequenceTerms:
             self._blocks_of_G = (block, blk, G_local, G_block_total)
         return block, blk, G_local, G_block_total
 
-    def _weight_error(
+    def weight_error(
         self, G: torch.Tensor, D: torch.Tensor, t: torch.Tensor, j: torch.Tensor
     ) -> torch.Tensor:
         """ε_w(t, j): relative error of the kernel's decay weight exp(G_t - G_j)."""
@@ -648,7 +342,7 @@ class SequenceTerms:
         scan = self.recipe.decay_scan
         if scan == "per_step":
             return 4 * u * (t[:, None] - j[None, :]).clamp(min=0).to(G.dtype) + 2.4 * u * absD
-        block, blk, G_local, G_block_total = self._block_terms(G)
+        block, blk, G_local, G_block_total = self.block_terms(G)
         bt, bj = blk[t][:, None], blk[j][None, :]
         same = bt == bj
         pieces = torch.where(same, 1, bt - bj + 1).clamp(min=1).to(G.dtype)
@@ -670,8 +364,8 @@ class SequenceTerms:
             reach = reach + self.packed_offset.reshape(-1, 1, 1)
         return eps_w + 2 * pieces * 5 * u + (2 * 3.4 * u + block * u) * reach
 
-    def _lazy_weight_error(self) -> tuple[torch.Tensor, torch.Tensor, Near, int]:
-        """ε_w within a scan block (``near``, `_weight_error`) and f(t) + g(j) across blocks.
+    def separable_weight_error(self) -> tuple[torch.Tensor, torch.Tensor, Near, int]:
+        """ε_w within a scan block (``near``, `weight_error`) and f(t) + g(j) across blocks.
 
         Returns f ``[rows, L]``, g ``[rows, L+1]`` (rows: heads, or head-major (head, key
         dimension) pairs for a vector gate), ``near`` and the block size scan blocks must be a
@@ -679,12 +373,12 @@ class SequenceTerms:
 
         Across blocks (j in an earlier chunk than t, for a chunk-local scan), with
         G̃ = -G non-decreasing (g <= 0), |G_t - G_j| = G̃_t - G̃_j, and every other part of
-        `_weight_error` is a function of t's or of j's block, so ε_w = f(t) + g(j). A global
+        `weight_error` is a function of t's or of j's block, so ε_w = f(t) + g(j). A global
         scan has one block: its pairs of tokens are all "same block", also f(t) + g(j).
         """
         G, u, L = self.G, self.units.arith, self.L
         f64, dev = torch.float64, G.device
-        t, j = self._positions(L, dev)
+        t, j = self.positions(L, dev)
         tf, jf = t.to(f64), j.to(f64)
         Gn = -G  # [H, L+1]
         scan = self.recipe.decay_scan
@@ -692,7 +386,7 @@ class SequenceTerms:
             f = 4 * u * tf + 2.4 * u * Gn[:, 1:]
             g = -4 * u * jf - 2.4 * u * Gn
         else:
-            B, blk, G_local, GBT = self._block_terms(G)
+            B, blk, G_local, GBT = self.block_terms(G)
             bt, bj = blk[1:].to(f64), blk.to(f64)
             if scan == "chunk_local":  # never the same block across scan blocks
                 f = 5 * u * (bt + 1) + (3.4 * u + B * u) * Gn[:, 1:] + B * u * G_local[:, 1:]
@@ -712,7 +406,7 @@ class SequenceTerms:
         def near(tt: torch.Tensor, jj: torch.Tensor) -> torch.Tensor:
             causal = jj[None, :] <= tt[:, None]
             D = (G[:, tt, None] - G[:, None, jj]).masked_fill(~causal, float("-inf"))
-            return self._weight_error(G, D, tt, jj)
+            return self.weight_error(G, D, tt, jj)
 
         return f, g, near, self.recipe.chunk_size if scan == "chunk_local" else 1
 

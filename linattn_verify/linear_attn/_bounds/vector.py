@@ -9,7 +9,7 @@ weight multiply take) and the scalar weight error ε_w of dimension m's cumulati
 scalar bound has w_tj |A|_tj the vector bound has Σ_m U_tjm w_tjm |φ(q)_tm| |φ(k)_jm|, keeping
 the per-dimension factor inside the sum.
 
-The sums over m are `SequenceTerms.weighted`: dense [H, K, L, L] float64 weights for short
+The sums over m are `VectorWeights.weighted`: dense [H, K, L, L] float64 weights for short
 sequences, a block scan with one decay per key dimension beyond (O(L·K) memory); the weights
 are exp of the masked difference G_tm - G_jm, never exp(G_tm) / exp(G_jm).
 """
@@ -17,6 +17,7 @@ are exp of the masked difference G_tm - G_jm, never exp(G_tm) / exp(G_jm).
 from __future__ import annotations
 
 from linattn_verify.linear_attn._bounds.terms import MainTerms, SequenceTerms
+from linattn_verify.linear_attn._bounds.vector_weights import VectorWeights
 from linattn_verify.linear_attn.semantics import Problem
 
 
@@ -24,17 +25,18 @@ def vector_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     """The gate-specific sums of the bound for a vector gate (docs/error-model.md §2.7)."""
     u = seq.units
     s = seq.scale
+    vw = VectorWeights(seq)
     H, L, K = seq.H, seq.L, seq.K
     qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
     S0a, z0a = seq.S0.abs(), seq.z0.abs()
-    w0 = seq.first_weights()  # [H, L, K]: w_t0m = exp(G_tm)
+    w0 = vw.first_weights()  # [H, L, K]: w_t0m = exp(G_tm)
     count = K + 2 + seq.acc_fwd  # [L, L+1], as for a scalar gate
     # The part of U_tjm common to every m, and its initial-state column per m.
     U_cnt = u.acc * count + u.per_term
-    U0 = (u.acc * count[..., 0] + u.per_term).reshape(1, L, 1) + seq.first_weight_errors()
+    U0 = (u.acc * count[..., 0] + u.per_term).reshape(1, L, 1) + vw.first_weight_errors()
     # Exact values (the float64 parallel form) and their magnitudes.
-    A_w = seq.weighted(seq.q_feat, seq.k_feat)  # Σ_m φ(q)_tm φ(k)_jm w_tjm
-    absA_w = seq.weighted(qa, ka)  # |A|^w
+    A_w = vw.weighted(seq.q_feat, seq.k_feat)  # Σ_m φ(q)_tm φ(k)_jm w_tjm
+    absA_w = vw.weighted(qa, ka)  # |A|^w
     absA = seq.outer(qa, ka)  # unweighted: the absolute (underflow) weight errors
     q_in = seq.q_feat * w0  # φ(q)_tm w_t0m
     N = p.scale * (A_w @ seq.v + q_in @ seq.S0)
@@ -42,11 +44,11 @@ def vector_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     # Per term (t, j): relative errors (counts, casts, weights per m), φ errors weighted per m,
     # underflow inside the m-sum (at most λ per operation, K + 2 of them, weighted or not),
     # and a weight that underflows in dimension m (λ per exp or product: W_abs per (t, j, m)).
-    Ephi_w = seq.weighted(seq.q_err, ka) + seq.weighted(qa, seq.k_err)
+    Ephi_w = vw.weighted(seq.q_err, ka) + vw.weighted(qa, seq.k_err)
     Ephi_w = Ephi_w + u.underflow * (K + 2) * seq.token_pairs()
     Wa_tok, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]  # [1, L, L], [1, L]
     term = (
-        U_cnt[..., 1:] * absA_w + seq.weighted(qa, ka, error=True) + Ephi_w + Wa_tok * absA
+        U_cnt[..., 1:] * absA_w + vw.weighted(qa, ka, error=True) + Ephi_w + Wa_tok * absA
     )  # [H, L, L]
     state_rel = (U0 * w0 + Wa0[..., None]) * qa  # [H, L, K]
     state_phi = w0 * seq.q_err

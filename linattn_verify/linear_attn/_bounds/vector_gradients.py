@@ -30,6 +30,7 @@ from linattn_verify.linear_attn._bounds.gradients import (
     reverse_cumsum,
     unverifiable_rows,
 )
+from linattn_verify.linear_attn._bounds.vector_weights import VectorWeights
 
 
 def vector_backward_sequence(
@@ -42,6 +43,7 @@ def vector_backward_sequence(
     """
     seq, u = f.seq, f.seq.units
     s = seq.scale
+    vw = VectorWeights(seq)
     H, L, K = seq.H, seq.L, seq.K
     qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
     S0a, z0a = seq.S0.abs(), seq.z0.abs()
@@ -59,8 +61,8 @@ def vector_backward_sequence(
     count = seq.K + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
     U_c = u.acc * count + u.per_term + e_Z  # [H, L, L+1]: the part of U_tjm common to every m
     U_tok = U_c[..., 1:]
-    w0 = seq.first_weights()  # [H, L, K]
-    WU0 = w0 * (U_c[..., 0][..., None] + seq.first_weight_errors())  # w_t0m U_t0m
+    w0 = vw.first_weights()  # [H, L, K]
+    WU0 = w0 * (U_c[..., 0][..., None] + vw.first_weight_errors())  # w_t0m U_t0m
     wE_all = seq.W_end.reshape(H, K, L + 1).transpose(1, 2)  # [H, L+1, K]
     wE0, wE = wE_all[:, 0], wE_all[:, 1:]  # [H, K], [H, L, K]
     U_S = (
@@ -80,12 +82,12 @@ def vector_backward_sequence(
     # The sums over pairs with the weight of each dimension m, each once: over keys j <= t
     # (rows) and over rows t >= j (cols), of |dP| R and of its error U R + P_err (weights'
     # errors ε_w(t, j, m) separately).
-    R_ka = seq.rows(R, ka)
-    R_kerr = seq.rows(R, seq.k_err)
-    Rerr_ka = seq.rows(U_tok * R + P_err, ka) + seq.rows(R, ka, error=True)
-    R_qa = seq.cols(R, qa)
-    R_qerr = seq.cols(R, seq.q_err)
-    Rerr_qa = seq.cols(U_tok * R + P_err, qa) + seq.cols(R, qa, error=True)
+    R_ka = vw.rows(R, ka)
+    R_kerr = vw.rows(R, seq.k_err)
+    Rerr_ka = vw.rows(U_tok * R + P_err, ka) + vw.rows(R, ka, error=True)
+    R_qa = vw.cols(R, qa)
+    R_qerr = vw.cols(R, seq.q_err)
+    Rerr_qa = vw.cols(U_tok * R + P_err, qa) + vw.cols(R, qa, error=True)
     # dφ(q) and dφ(k).
     M_dqf = s * (R_ka + w0 * R0)
     B_dqf = s * (
@@ -95,14 +97,14 @@ def vector_backward_sequence(
     M_dkf = s * R_qa + wE * final_k
     B_dkf = s * (Rerr_qa + R_qerr) + US * wE * final_k
     # dv: Σ_m q̃_tm k̃_jm w_tjm is the forward's weighted |A|^w.
-    absA_w = seq.weighted(qa, ka)
-    Ephi_w = seq.weighted(seq.q_err, ka) + seq.weighted(qa, seq.k_err) + under_A
+    absA_w = vw.weighted(qa, ka)
+    Ephi_w = vw.weighted(seq.q_err, ka) + vw.weighted(qa, seq.k_err) + under_A
     kw = ka * wE  # [H, L, K]
     zdo = s * zeta * doa
     A_do = absA_w.transpose(-1, -2) @ torch.cat([zdo, s * torch.ones_like(zeta)], -1)
     V = doa.shape[-1]
     out["M_v"] = A_do[..., :V] + kw @ dSa
-    out["B_v"] = (U_tok * absA_w + seq.weighted(qa, ka, error=True) + Ephi_w).transpose(
+    out["B_v"] = (U_tok * absA_w + vw.weighted(qa, ka, error=True) + Ephi_w).transpose(
         -1, -2
     ) @ zdo + ((kw * US + seq.k_err * wE) @ dSa)
     out["B_v"] = out["B_v"] + adj.dN * A_do[..., V:]
