@@ -22,11 +22,13 @@ the same expression lazily and evaluates the contractions in O(T·P) memory and 
 
 A product of factors multiplies their channels (the state of a product is the outer product of
 the factors' channels with Y's columns), so a term costs O(T Π R_f D) and memory O(P Π R_f D).
-Sums of separable factors with the same decay concatenate their channels instead (`Factor.__add__`).
+Sums of separable factors with the same decay concatenate their channels instead
+(`Factor.merge`); a term's coefficient stays beside it, so a scaled factor is the same factor.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -142,13 +144,7 @@ class Factor:
         def near(t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
             return c * self.dense(t, j) + c_other * other.dense(t, j)
 
-        return Factor(far, near, _lcm(self.block, other.block))
-
-
-def _lcm(a: int, b: int) -> int:
-    import math
-
-    return a * b // math.gcd(a, b)
+        return Factor(far, near, math.lcm(self.block, other.block))
 
 
 Term = tuple[Factor, ...]

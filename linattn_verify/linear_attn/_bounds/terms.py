@@ -161,7 +161,7 @@ class SequenceTerms:
         self.lazy = scan_block is not None and L > 0  # an empty sequence has no pairs
         if self.lazy:
             assert scan_block is not None
-            self._lazy_pairs(_lcm(scan_block, recipe.chunk_size))
+            self._lazy_pairs(math.lcm(scan_block, recipe.chunk_size))
         else:
             self._dense_pairs()
 
@@ -443,10 +443,6 @@ def _sum_of(f: torch.Tensor, g: torch.Tensor) -> Factor:
     a = torch.stack([f2.expand(H, -1), torch.ones_like(f2).expand(H, -1)], -1)
     b = torch.stack([torch.ones_like(g2).expand(H, -1), g2.expand(H, -1)], -1)
     return Factor(Separable(a.to(torch.float64), b.to(torch.float64)))
-
-
-def _lcm(a: int, b: int) -> int:
-    return a * b // math.gcd(a, b)
 
 
 @dataclass
