@@ -30,6 +30,8 @@ class VectorWeights:
         # ε_w as f(t) + g(j), across chunks and within one (computed when first needed).
         self._far_error: tuple[torch.Tensor, torch.Tensor] | None = None
         self._same_error: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Dense mode: w_tjm and w_tjm ε_w(t, j, m) over tokens, each formed once (by ``error``).
+        self._dense: dict[bool, torch.Tensor] = {}
 
     def _vector_rows(self, x: torch.Tensor) -> torch.Tensor:
         """``[H*K, N]`` (head-major rows) as ``[H, N, K]``."""
@@ -48,12 +50,14 @@ class VectorWeights:
         return self._vector_rows(self.seq.weight_error(self.seq.G, D, t, j[:1])[..., 0])
 
     def _dense_vector_weights(self, error: bool) -> torch.Tensor:
-        """w_tjm (times ε_w(t, j, m)) over tokens, ``[H, K, L, L]``."""
-        seq = self.seq
-        W: torch.Tensor = seq.W.reshape(seq.H, seq.K, seq.L, seq.L + 1)[..., 1:]
-        if error:
-            W = W * seq.eps_w.reshape(seq.H, seq.K, seq.L, seq.L + 1)[..., 1:]
-        return W
+        """w_tjm (times ε_w(t, j, m)) over tokens, ``[H, K, L, L]``; every sum reuses it."""
+        if error not in self._dense:
+            seq = self.seq
+            W: torch.Tensor = seq.W.reshape(seq.H, seq.K, seq.L, seq.L + 1)[..., 1:]
+            if error:
+                W = W * seq.eps_w.reshape(seq.H, seq.K, seq.L, seq.L + 1)[..., 1:]
+            self._dense[error] = W
+        return self._dense[error]
 
     def _block_vector_weights(self, t: torch.Tensor, j: torch.Tensor, error: bool) -> torch.Tensor:
         """w_tjm (times ε_w) at positions t ``[P]``, j ``[Q]``: ``[H, K, P, Q]``."""
