@@ -17,14 +17,16 @@ PLOT = Path(__file__).resolve().parent / "bound_cost_vs_T.png"
 """Where the plot of judging cost against T is drawn."""
 
 
-def _lines(data: Row) -> dict[str, list[tuple[int, float, float]]]:
-    """(T, seconds, one reference forward's seconds) per (family, gate, recipe), T ascending."""
-    lines: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
+def _lines(data: Row) -> dict[str, list[tuple[int, float, float, float]]]:
+    """(T, seconds, one reference forward's seconds, peak RSS in GB) per (family, gate,
+    recipe), T ascending (nan where not recorded)."""
+    lines: dict[str, list[tuple[int, float, float, float]]] = defaultdict(list)
     for b in by_suite(data, "bound_cost"):
         e = b["extra_info"]
         reference = float(e.get("reference_seconds", float("nan")))
+        peak = float(e.get("peak_rss_gb", float("nan")))
         lines[f"{e['family']} {e['gate']} gate, {e['form']} recipe"].append(
-            (e["T"], float(b["stats"]["median"]), reference)
+            (e["T"], float(b["stats"]["median"]), reference, peak)
         )
     return {name: sorted(points) for name, points in sorted(lines.items())}
 
@@ -34,18 +36,19 @@ def section(data: Row) -> list[str]:
     lines = _lines(data)
     if not lines:
         return []
-    seq_lens = sorted({T for points in lines.values() for T, _, _ in points})
+    seq_lens = sorted({T for points in lines.values() for T, *_ in points})
     rows = []
     for name, points in lines.items():
-        seconds = {T: s for T, s, _ in points}
-        tail = [(T, s) for T, s, _ in points if T >= 256]
-        long = [(T, s) for T, s, _ in points if T >= 4096]
+        seconds = {T: s for T, s, *_ in points}
+        tail = [(T, s) for T, s, *_ in points if T >= 256]
+        long = [(T, s) for T, s, *_ in points if T >= 4096]
         exponent = f"{slope(tail):.2f}" if len(tail) >= 2 else "-"
         long_exponent = f"{slope(long):.2f}" if len(long) >= 2 else "-"
-        T_max, s_max, reference = points[-1]
+        T_max, s_max, reference, peak = points[-1]
         ratio = f"{s_max / reference:.0f}x at T={T_max}" if reference > 0 else "-"
+        memory = f"{peak:.2f} GB at T={T_max}" if peak == peak else "-"
         rows.append([name, *(f"{seconds[T]:.3g}" if T in seconds else "-" for T in seq_lens)])
-        rows[-1] += [exponent, long_exponent, ratio]
+        rows[-1] += [exponent, long_exponent, ratio, memory]
     return [
         "## Harness: the cost of judging one case against T",
         "",
@@ -56,7 +59,8 @@ def section(data: Row) -> list[str]:
         " and from T = 4096: 1 is linear, 2 quadratic (issue #27 asks for at most 1.15 from"
         " 4096 to 65,536). The last column is judging's cost in float64 reference forwards"
         " of the same problem (the linear family's chunked oracle, the delta rule's"
-        " recurrent one) at the largest T measured.",
+        " recurrent one) at the largest T measured, and the process's peak resident memory"
+        " during that case (torch and the inputs included).",
         "",
         *table(
             [
@@ -65,6 +69,7 @@ def section(data: Row) -> list[str]:
                 "exponent",
                 "from 4096",
                 "reference forwards",
+                "peak RSS",
             ],
             rows,
         ),
@@ -86,7 +91,7 @@ def plot(data: dict[str, Any]) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, points in lines.items():
-        Ts, seconds = [T for T, _, _ in points], [s for _, s, _ in points]
+        Ts, seconds = [T for T, *_ in points], [s for _, s, *_ in points]
         ax.plot(Ts, seconds, marker="o", ms=3, label=name)
     T = [128, 65536]
     ax.plot(T, [1e-2 * t / 128 for t in T], color="grey", lw=0.8, label="slope 1 (linear)")

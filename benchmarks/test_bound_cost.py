@@ -11,11 +11,13 @@ until a case would pass `LIMIT_SECONDS` (the growth measured so far, extrapolate
 fits a few minutes; `results.py` fits each line's growth exponent (issue #27 asks for 1 and at
 most 1.15 between T = 4096 and 65,536). Each case also records one float64 reference forward
 of its problem (``reference_seconds``, untimed by the benchmark): judging costs that many
-reference forwards.
+reference forwards. ``peak_rss_gb`` is the process's peak resident memory during the case
+(Linux: the peak is reset before it), the process's own baseline (torch, the inputs) included.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from pathlib import Path
@@ -34,6 +36,7 @@ LINES = [
     ("linear_attn", "scalar", "chunk"),
     ("linear_attn", "vector", "chunk"),
     ("delta", "none", "recurrent"),
+    ("delta", "scalar", "recurrent"),
     ("delta", "scalar", "chunk"),
 ]
 
@@ -74,6 +77,28 @@ def test_bound_cost(benchmark: BenchmarkFixture, family: str, gate: str, form: s
         T=T,
         reference_seconds=reference_seconds,
     )
+    gc.collect()
+    reset = _reset_peak_rss()
     start = time.perf_counter()
     benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0)  # type: ignore[no-untyped-call]
     _SECONDS.setdefault(line, []).append(time.perf_counter() - start)
+    if reset:
+        benchmark.extra_info["peak_rss_gb"] = _peak_rss_kb() / 1e6
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the process's peak RSS (Linux >= 4.0: ``5`` to clear_refs); False where not."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return _peak_rss_kb() > 0
+
+
+def _peak_rss_kb() -> int:
+    """VmHWM of /proc/self/status in kB (0 where unreadable)."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return 0
+    return next((int(x.split()[1]) for x in lines if x.startswith("VmHWM:")), 0)

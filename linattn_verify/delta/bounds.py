@@ -45,15 +45,14 @@ double-double and mpmath (tests/delta): its own error, about 1e-16 relatively, i
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
-from typing import Literal
 
 import torch
 
 from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.judging import bound_on, judging_device, problem_on
 from linattn_verify.core.rounding import UNIT_ROUNDOFF, gamma
+from linattn_verify.delta.inverse import InverseKind, inverse_kind, inverse_magnitude
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.delta.reference import (
@@ -64,6 +63,7 @@ from linattn_verify.delta.reference import (
     per_sequence,
     sequence_groups,
 )
+from linattn_verify.delta.sweep import StateBlock, forward_blocks, keys_down
 from linattn_verify.typing import dtype_name
 
 SMALLEST_SUBNORMAL = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
@@ -142,81 +142,6 @@ class SequenceBound:
     state_magnitude: torch.Tensor
 
 
-PIVOT_NUDGE = 2.0**-10
-"""How close to a tie a pivot candidate may be and still be taken the other way by the kernel's
-fp32 factorization: `inverse_magnitude` also factors L with its off-diagonal grown by this."""
-
-InverseKind = Literal["substitution", "pivoting", "products"]
-"""How a chunk's triangular inverse is computed, as far as its error is concerned
-(`inverse_magnitude`)."""
-
-
-def inverse_kind(recipe: DeltaRecipe, *, causal_exact: bool) -> InverseKind:
-    """The inverse a kernel is charged for (`inverse_magnitude`).
-
-    Its declared method; for ``substitution``, a pivoting solver when the kernel does not promise
-    bit-exact causality (a general solver's row exchanges would break it).
-    """
-    if recipe.inverse_method == "products":
-        return "products"
-    return "substitution" if causal_exact else "pivoting"
-
-
-def inverse_magnitude(
-    L_off: torch.Tensor,
-    T: torch.Tensor,
-    *,
-    kind: InverseKind = "substitution",
-    L_abs: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """M, the magnitude the error of a computed inverse T̂ of L = I + L_off is charged on.
-
-    ``substitution``: forward substitution, a triangular solve or FLA's block merge satisfy
-    |T̂ - T| <= γ_{2c} M with M = |T| (I + |L_off|) |T|, lower triangular (Higham Thm 8.5):
-    T̂ is exactly 0 above the diagonal and the chunk's outputs are bitwise causal.
-
-    ``pivoting``: a general solver, LU with partial pivoting (``torch.linalg.inv``, ``solve``:
-    LAPACK getrf/getri, cuSOLVER), whose row exchanges mix the rows: X̂ L - I <= c u |X̂|
-    |P^T L̂| |Û| (Higham §14.3), so |T̂ - T| <= γ_{3c} |T| |P^T L̂| |Û| |T|, a full matrix. The
-    factors are evaluated in float64 on L, and on L with its off-diagonal grown by
-    `PIVOT_NUDGE` (a near-tie the kernel's fp32 factorization may break the other way); M is
-    the largest of the three, the pivoted ones doubled (γ_{3c} <= 2 γ_{2c}).
-
-    ``products``: a Neumann or doubling product T = Π_k (I + (-N)^{2^k}), N = L_off, the powers
-    by repeated squaring: every rounding of its m = ⌈log2 c⌉ squarings and m products is
-    relative to the product of the absolute values around it, whose sum over the expansion is
-    Π_k (I + |N|^{2^k}) = Σ_j |N|^j (|N| is nilpotent): |T̂ - T| <= γ_{2m(c+1)} Σ_j |N|^j,
-    charged as (m + 1) Σ_j |N|^j against γ_{2c}. That sum grows like binomial coefficients
-    where the entries of N exceed 1 (β near 2, parallel keys), far above |T|: such a kernel is
-    that much less accurate than substitution (docs/error-model.md §8.10).
-
-    Args:
-        L_off: The strictly lower part of L, ``[..., c, c]``.
-        T: The exact inverse L^-1.
-        kind: How the kernel computes it. Default: `"substitution"`.
-        L_abs: The magnitude of L_off's entries (the sums of |terms|, >= |L_off|).
-            Default: `|L_off|`.
-    """
-    c = L_off.shape[-1]
-    eye = torch.eye(c, dtype=L_off.dtype, device=L_off.device)
-    N = L_off.abs() if L_abs is None else L_abs
-    T_abs = T.abs()
-    M = T_abs @ (eye + N) @ T_abs
-    if kind == "substitution" or c < 2:
-        return M
-    if kind == "products":
-        power, series = eye.expand_as(N), eye.expand_as(N)
-        for _ in range(c - 1):
-            power = power @ N
-            series = series + power
-        rounds = math.ceil(math.log2(c)) + 1
-        return torch.maximum(M, rounds * series)
-    for grow in (1.0, 1.0 + PIVOT_NUDGE):
-        P, L_f, U_f = torch.linalg.lu(eye + grow * L_off)
-        M = torch.maximum(M, 2 * T_abs @ (P @ L_f.abs() @ U_f.abs()) @ T_abs)
-    return M
-
-
 def contraction(beta: torch.Tensor, k: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
     """ρ_t = max(1, |1 - β_t ||k_t||²|) max_m e^{g_tm} >= ||A_t||_2 (beta's shape, tokens last)."""
     rho = (1 - beta * k.pow(2).sum(-1)).abs().clamp(min=1)
@@ -224,15 +149,6 @@ def contraction(beta: torch.Tensor, k: torch.Tensor, g: torch.Tensor | None) -> 
         return rho
     # A scalar gate has beta's shape; a vector gate one more (K) axis.
     return rho * torch.exp(g if g.shape == beta.shape else g.amax(-1))
-
-
-def _decays(seq: DeltaSequence) -> torch.Tensor | None:
-    """e^{g_t} as ``[H, L, K]`` (a scalar gate repeated over K), or `None`."""
-    if seq.g is None:
-        return None
-    K = seq.k.shape[-1]
-    g = seq.g if seq.g.ndim == 3 else seq.g[..., None].expand(*seq.g.shape, K)
-    return torch.exp(g)
 
 
 def decay_error(seq: DeltaSequence, units: Units) -> torch.Tensor:
@@ -246,46 +162,92 @@ def decay_error(seq: DeltaSequence, units: Units) -> torch.Tensor:
 def recurrent_sequence(
     seq: DeltaSequence, scale: float, units: Units, *, l2norm_qk: bool
 ) -> SequenceBound:
-    """The recurrent recipe's bound on one float64 sequence (module docstring)."""
-    _, L, K = seq.q.shape
-    gK5, gK3 = units.gamma(K + 5), units.gamma(K + 3)
+    """The recurrent recipe's bound on one float64 sequence (module docstring).
+
+    The exact states come a block of tokens at a time (`linattn_verify.delta.sweep`); every
+    local error and output bound is formed on the block at once, and only the running column
+    error E_t = ρ_t E_{t-1} + ||δS_t||, one [H, V] operation a token, is a loop.
+    """
+    K = seq.q.shape[-1]
+    gK3 = units.gamma(K + 3)
     normalized = units.l2norm(K, l2norm_qk)
-    decays = _decays(seq)
     eps_d = decay_error(seq, units)
     rho = contraction(seq.beta, seq.k, seq.g)
-    S = seq.S0
     # S_0 rounded where it is read (a state kept in 16 bits, or 16-bit arithmetic): per column.
-    E = units.initial * S.norm(dim=1)
-    outs: list[torch.Tensor] = []
-    bounds: list[torch.Tensor] = []
-    mags: list[torch.Tensor] = []
-    for t in range(L):
-        Sp = S if decays is None else decays[:, t, :, None] * S
-        k, beta = seq.k[:, t, :, None], seq.beta[:, t, None, None]
-        a = (k.abs() * Sp.abs()).sum(1, keepdim=True)  # [H, 1, V]
-        # The error of S' (the decay's ε_d, or 2^-150 absolutely where e^g is subnormal)
-        # passes through I - β k k^T, of norm max(1, |1 - β ||k||²|).
-        through = (1 - beta * k.pow(2).sum(1, keepdim=True)).abs().clamp(min=1)
-        decayed = (eps_d[:, t, None, None] * Sp.abs() + units.under * S.abs()) * through
-        S = Sp + k * (beta * (seq.v[:, t, None, :] - (k * Sp).sum(1, keepdim=True)))
-        local = (
-            gK5 * (Sp.abs() + S.abs())
-            + (decayed if decays is not None else 0.0)
-            + (gK5 + normalized) * beta * k.abs() * (seq.v[:, t, None, :].abs() + 2 * a)
-            + (K + 6) * units.under
-            # A state kept in a narrower format is rounded to it once more per step.
-            + units.state * S.abs()
-        )
-        E = rho[:, t, None] * E + local.norm(dim=1)
-        q = seq.q[:, t]
-        o = scale * (q[:, :, None] * S).sum(1)
-        magnitude = scale * (q.abs()[:, :, None] * S.abs()).sum(1)
-        bound = scale * (q.norm(dim=1)[:, None] * E + (gK3 + normalized) * magnitude)
+    E = units.initial * seq.S0.norm(dim=1)
+    S = seq.S0
+    # Written block by block (not collected: small long-lived pieces between the blocks'
+    # temporaries fragment the allocator's heap).
+    outs, bounds, mags = (torch.zeros_like(seq.v) for _ in range(3))
+    for blk in forward_blocks(seq):
+        span = slice(blk.start, blk.stop)
+        S_abs = blk.S.abs()
+        # A state kept in a narrower format is rounded to it once more per step.
+        steps = step_errors(seq, blk, units, normalized, eps_d, S_abs, state_unit=units.state)
+        errors = running_errors(E, rho[:, span], steps)
+        E = errors[:, -1]
+        q = seq.q[:, span]
+        o = scale * keys_down(blk.S, q)
+        magnitude = scale * keys_down(S_abs, q.abs())
+        bound = scale * (q.norm(dim=-1)[..., None] * errors + (gK3 + normalized) * magnitude)
         bound = bound + (K + 3) * units.under
-        outs.append(o)
-        bounds.append(bound + units.out * o.abs() + units.floor)
-        mags.append(magnitude)
-    return _finish(seq, S, E, outs, bounds, mags)
+        outs[:, span] = o
+        bounds[:, span] = bound + units.out * o.abs() + units.floor
+        mags[:, span] = magnitude
+        S = blk.S[:, -1]
+    return _finish(S, E, outs, bounds, mags)
+
+
+def step_errors(
+    seq: DeltaSequence,
+    blk: StateBlock,
+    units: Units,
+    eps_k: float,
+    eps_d: torch.Tensor,
+    S_abs: torch.Tensor,
+    *,
+    state_unit: float = 0.0,
+) -> torch.Tensor:
+    """||δS_t[:, j]||_2 of a block's tokens ``[H, n, V]``: the recurrent step's own rounding.
+
+    |δS_t| <= γ_{K+5} (|S'| + |S_t|) + (ε_d |S'| + 2^-150 |S_{t-1}|) max(1, |1 - β||k||²|)
+    + (γ_{K+5} + ε_k) β |k| (|v| + 2 |k|^T |S'|) + (K + 6) 2^-150, and ``state_unit`` |S_t|
+    for a state stored in a narrower format (module docstring). The error of S' (the decay's
+    ε_d, or 2^-150 absolutely where e^g is subnormal) passes through I - β k k^T.
+    Accumulated in place: each term is one pass over the block's [H, n, K, V] states.
+    """
+    K = seq.k.shape[-1]
+    gK5 = units.gamma(K + 5)
+    span = slice(blk.start, blk.stop)
+    k, beta, v = seq.k[:, span], seq.beta[:, span, None, None], seq.v[:, span, None, :]
+    local = blk.Sp.abs()
+    a = keys_down(local, k.abs())[:, :, None, :]  # |k|^T |S'|
+    if seq.g is None:
+        local.mul_(gK5)
+    else:
+        through = (1 - beta * k.pow(2).sum(-1)[..., None, None]).abs().clamp(min=1)
+        local.mul_(gK5 + eps_d[:, span, None, None] * through)
+        local.addcmul_(blk.S_prev.abs(), units.under * through)
+    local.add_(S_abs, alpha=gK5 + state_unit)
+    local.addcmul_((gK5 + eps_k) * beta * k.abs()[..., None], v.abs() + 2 * a)
+    local.add_((K + 6) * units.under)
+    return local.mul_(local).sum(2).sqrt()
+
+
+def running_errors(E: torch.Tensor, rho: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """E_t = ρ_t E_{t-1} + local_t for a block's tokens, from E ``[H, V]``: ``[H, n, V]``."""
+    out = []
+    for r, step in zip(rho[..., None].unbind(1), local.unbind(1), strict=True):
+        E = torch.addcmul(step, r, E)
+        out.append(E)
+    return torch.stack(out, 1)
+
+
+CHUNK_GROUP_ELEMENTS = 2**18
+"""The most float64 elements of a batch of chunks' largest intermediate (H N c², or H N c² K
+under a vector gate: 2 MB) in `chunk_sequence`. Measured at T = 16,384, H = 2, C = K = V = 64
+(CPU, one thread): 1.4 s at 2^16, 0.98 s at 2^18, 2.0 s at 2^20 (fresh pages for every
+temporary past a few MB)."""
 
 
 def chunk_sequence(
@@ -305,116 +267,207 @@ def chunk_sequence(
     heads of each sequence when ``seq`` stacks several (`sequence_groups`), so that a
     chunk's decay-weight error takes the largest |G| of its own sequence only. Default: all of
     ``seq``'s heads are one sequence's.
+
+    Only the states entering the chunks are a recurrence (a few products a chunk); everything
+    else is formed for a batch of chunks at once (`CHUNK_GROUP_ELEMENTS`), the last, shorter
+    chunk of a sequence in a batch of its own.
     """
     H, L, K = seq.q.shape
-    u = units.u
-    eps_k = units.l2norm(K, l2norm_qk)
-    eps_q = eps_k
-    rho_all = contraction(seq.beta, seq.k, seq.g)
+    rho = contraction(seq.beta, seq.k, seq.g)
     S = seq.S0
     E = units.initial * S.norm(dim=1)
-    outs: list[torch.Tensor] = []
-    bounds: list[torch.Tensor] = []
-    mags: list[torch.Tensor] = []
-    for start in range(0, L, C):
-        end = min(start + C, L)
-        c = end - start
-        q, k, v = seq.q[:, start:end], seq.k[:, start:end], seq.v[:, start:end]
-        beta = seq.beta[:, start:end]
-        if seq.g is None:
-            G = q.new_zeros(H, c, K)
-        elif seq.g.ndim == 2:
-            G = seq.g[:, start:end].cumsum(-1)[..., None].expand(H, c, K)
-        else:
-            G = seq.g[:, start:end].cumsum(-2)
-        # The chunk-local cumsum's absolute error (γ_{c} |G|), doubled for a difference, then
-        # the exp: (4 + 2.4|x|) u (the ex2.approx model of docs/error-model.md §4).
-        eps_w: float | torch.Tensor = 0.0
-        if seq.g is not None:
-            # The largest |G| of each sequence's chunk, over its heads ([sequences]).
-            Gmax = G.abs().reshape(H // (heads or H), -1).amax(-1)
-            Gmax = Gmax.repeat_interleave(heads or H)[:, None, None]
-            eps_w = (2 * units.gamma(c + 1) + 2.4 * u) * Gmax + 4 * u
-        w_strict = pair_weights(G, strict=True, vector=True)
-        w_incl = pair_weights(G, strict=False, vector=True)
-        kk = k[:, :, None, :] * k[:, None, :, :]
-        eye = torch.eye(c, dtype=q.dtype, device=q.device)
-        L_abs = beta[..., None] * (kk.abs() * w_strict).sum(-1)
-        L_off = beta[..., None] * (kk * w_strict).sum(-1)
-        T = forward_substitution_inverse(eye + L_off)
-        M = inverse_magnitude(L_off, T, kind=inverse, L_abs=L_abs)
-        eG, eGc = torch.exp(G), torch.exp(G[:, -1, :])
-        W = T @ (beta[..., None] * k * eG)
-        U = T @ (beta[..., None] * v)
-        Vn = U - W @ S
-        Kt = (k * torch.exp(G[:, -1:, :] - G)).abs()
-        eta_L = units.gamma(K + 2) + eps_w + 2 * eps_k + 2 * units.op
-        eta = (
-            units.gamma(2 * c)
-            + units.gamma(c + 1)
-            + eta_L
-            + units.inverse
-            + eps_w
-            + eps_k
-            + 2 * u
-            + 2 * units.op
-            + units.casts
-        )
-        zeta = units.gamma(K + 1) + 2 * units.inter + units.state + 2 * units.op
-        R1 = beta[..., None] * k.abs() * eG
-        R2 = beta[..., None] * v.abs()
-        dVn = eta * M @ (R2 + R1 @ S.abs()) + zeta * (U.abs() + W.abs() @ S.abs())
-        # Weights e^x that are subnormal err by 2^-150 absolutely: the terms without them.
-        bare_k = beta[..., None] * k.abs()
-        L_bare = (bare_k @ k.abs().transpose(-1, -2)).tril(-1)
-        dVn = dVn + units.under * T.abs() @ (L_bare @ Vn.abs() + bare_k @ S.abs())
-        dS = (
-            (2 * u + eps_w) * eGc[..., None] * S.abs()
-            + (units.gamma(c + 1) + eps_w + eps_k + units.casts) * Kt.transpose(-1, -2) @ Vn.abs()
-            + Kt.transpose(-1, -2) @ dVn
-            + units.under * (S.abs() + k.abs().transpose(-1, -2) @ Vn.abs())
-            + (2 * c + 2 * K + 8) * units.under
-        )
-        P = (q.abs()[:, :, None, :] * k.abs()[:, None, :, :] * w_incl).sum(-1)
-        A_qk = (q[:, :, None, :] * k[:, None, :, :] * w_incl).sum(-1)
-        magnitude = scale * ((q * eG).abs() @ S.abs() + P @ Vn.abs())
-        o = scale * ((q * eG) @ S + A_qk @ Vn)
-        prefix = rho_all[:, start:end].cumprod(-1)  # [H, c]
-        relative = units.gamma(K + c + 2) + eps_w + eps_q + eps_k + units.state + units.casts
-        bound = (
-            relative * magnitude
-            + scale * P @ dVn
-            + scale * q.norm(dim=-1)[..., None] * prefix[..., None] * E[:, None, :]
-            + scale
-            * units.under
-            * (q.abs() @ S.abs() + (q.abs() @ k.abs().transpose(-1, -2)).tril() @ Vn.abs())
-            + (2 * c + 2 * K + 8) * units.under
-        )
-        outs.extend(o.unbind(1))
-        bounds.extend((bound + units.out * o.abs() + units.floor).unbind(1))
-        mags.extend(magnitude.unbind(1))
-        S = eGc[..., None] * S + (k * torch.exp(G[:, -1:, :] - G)).transpose(-1, -2) @ Vn
-        E = prefix[:, -1, None] * E + dS.norm(dim=1)
-    return _finish(seq, S, E, outs, bounds, mags)
+    vector = seq.g is not None and seq.g.ndim == 3
+    per_chunk = H * C * C * (K if vector else 1)
+    most = max(1, CHUNK_GROUP_ELEMENTS // per_chunk) * C
+    full = L - L % C
+    spans = [(a, min(a + most, full)) for a in range(0, full, most)]
+    if full < L:
+        spans.append((full, L))
+    outs, bounds, mags = (torch.zeros_like(seq.v) for _ in range(3))
+    for start, stop in spans:
+        c = min(C, stop - start)
+        x = _chunk_terms(seq, units, start, stop, c, l2norm_qk, inverse, heads or H)
+        # The states entering each chunk: S⁺ = e^{G_c} ⊙ S + K~^T (U - W S).
+        entering = []
+        for i in range(x.W.shape[1]):
+            entering.append(S)
+            S = x.eGc[:, i, :, None] * S + x.Kt_signed[:, i].transpose(-1, -2) @ (
+                x.U[:, i] - x.W[:, i] @ S
+            )
+        S_in = torch.stack(entering, 1)  # [H, N, K, V]
+        o, bound, magnitude, dS = _chunk_outputs(x, S_in, scale, units, c)
+        prefix = rho[:, start:stop].reshape(H, -1, c).cumprod(-1)  # [H, N, c]
+        # E_n, the column error of the state entering chunk n, then leaving it.
+        errors = []
+        for step, decay in zip(dS.norm(dim=2).unbind(1), prefix[:, :, -1].unbind(1), strict=True):
+            errors.append(E)
+            E = decay[:, None] * E + step
+        E_in = torch.stack(errors, 1)  # [H, N, V]
+        bound = bound + scale * x.q_norm[..., None] * prefix[..., None] * E_in[:, :, None, :]
+        outs[:, start:stop] = o.reshape(H, -1, o.shape[-1])
+        bound = bound + units.out * o.abs() + units.floor
+        bounds[:, start:stop] = bound.reshape(H, -1, o.shape[-1])
+        mags[:, start:stop] = magnitude.reshape(H, -1, o.shape[-1])
+    return _finish(S, E, outs, bounds, mags)
+
+
+@dataclass(frozen=True)
+class _ChunkTerms:
+    """What `chunk_sequence` forms of a batch of N chunks of c tokens before any state.
+
+    Every tensor is ``[H, N, ...]``; the comments give the rest of the shape.
+    """
+
+    q: torch.Tensor  # [c, K]
+    k: torch.Tensor  # [c, K]
+    q_norm: torch.Tensor  # ||q_i|| [c]
+    eG: torch.Tensor  # e^{G_i} [c, K or 1]
+    eGc: torch.Tensor  # e^{G_c} [K or 1]
+    Kt_signed: torch.Tensor  # K ⊙ e^{G_c - G} [c, K]
+    T: torch.Tensor  # L^-1 [c, c]
+    M: torch.Tensor  # `inverse_magnitude` [c, c]
+    W: torch.Tensor  # T (β K ⊙ e^G) [c, K]
+    U: torch.Tensor  # T (β V) [c, V]
+    R1: torch.Tensor  # β |k| e^G [c, K]
+    R2: torch.Tensor  # β |v| [c, V]
+    P: torch.Tensor  # Σ_m |q_im| |k_jm| e^{G_im - G_jm}, j <= i [c, c]
+    A_qk: torch.Tensor  # the same on signed q, k [c, c]
+    L_bare: torch.Tensor  # strict_tril(β |k| |k|^T) [c, c]
+    bare_k: torch.Tensor  # β |k| [c, K]
+    eps_w: torch.Tensor | float  # ε_w of each chunk's weights [1, 1]
+    eps_k: float  # ε_k (ε_q: q is normalised as k is)
+
+
+def _chunk_terms(
+    seq: DeltaSequence,
+    units: Units,
+    start: int,
+    stop: int,
+    c: int,
+    l2norm_qk: bool,
+    inverse: InverseKind,
+    heads: int,
+) -> _ChunkTerms:
+    """The state-free terms of the chunks of c tokens in ``start:stop`` (module docstring)."""
+    H, _, K = seq.q.shape
+
+    def chunks(x: torch.Tensor) -> torch.Tensor:
+        return x[:, start:stop].reshape(H, -1, c, *x.shape[2:])
+
+    q, k, v, beta = chunks(seq.q), chunks(seq.k), chunks(seq.v), chunks(seq.beta)[..., None]
+    u = units.u
+    # One decay for every key dimension (none, or a scalar gate) keeps a last axis of 1, so
+    # every pair sum is a matrix product; a vector gate's weights are [c, c, K].
+    if seq.g is None:
+        G = q.new_zeros(*q.shape[:3], 1)
+    elif seq.g.ndim == 2:
+        G = chunks(seq.g).cumsum(-1)[..., None]
+    else:
+        G = chunks(seq.g).cumsum(-2)
+    # The chunk-local cumsum's absolute error (γ_{c} |G|), doubled for a difference, then the
+    # exp: (4 + 2.4|x|) u (the ex2.approx model of docs/error-model.md §4).
+    eps_w: torch.Tensor | float = 0.0
+    if seq.g is not None:
+        # The largest |G| of each sequence's chunk, over its heads.
+        Gmax = G.abs().reshape(H // heads, heads, G.shape[1], -1).amax((1, 3))
+        Gmax = Gmax.repeat_interleave(heads, 0)[..., None, None]  # [H, N, 1, 1]
+        eps_w = (2 * units.gamma(c + 1) + 2.4 * u) * Gmax + 4 * u
+    w_strict = pair_weights(G, strict=True, vector=True)  # [H, N, c, c, K or 1]
+    w_incl = pair_weights(G, strict=False, vector=True)
+    L_abs = beta * _pair_sums(k.abs(), k.abs(), w_strict)
+    L_off = beta * _pair_sums(k, k, w_strict)
+    eye = torch.eye(c, dtype=q.dtype, device=q.device)
+    T = forward_substitution_inverse(eye + L_off)
+    eG = torch.exp(G)
+    bare_k = beta * k.abs()
+    return _ChunkTerms(
+        q=q,
+        k=k,
+        q_norm=q.norm(dim=-1),
+        eG=eG,
+        eGc=torch.exp(G[:, :, -1]),
+        Kt_signed=k * torch.exp(G[:, :, -1:] - G),
+        T=T,
+        M=inverse_magnitude(L_off, T, kind=inverse, L_abs=L_abs),
+        W=T @ (beta * k * eG),
+        U=T @ (beta * v),
+        R1=bare_k * eG,
+        R2=beta * v.abs(),
+        P=_pair_sums(q.abs(), k.abs(), w_incl),
+        A_qk=_pair_sums(q, k, w_incl),
+        L_bare=(bare_k @ k.abs().transpose(-1, -2)).tril(-1),
+        bare_k=bare_k,
+        eps_w=eps_w,
+        eps_k=units.l2norm(K, l2norm_qk),
+    )
+
+
+def _pair_sums(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Σ_m a_im b_jm w_ijm ``[..., c, c]``; w ``[..., c, c, K]``, or ``[..., c, c, 1]``."""
+    if w.shape[-1] == 1:
+        return (a @ b.transpose(-1, -2)) * w[..., 0]
+    return (a[..., :, None, :] * b[..., None, :, :] * w).sum(-1)
+
+
+def _chunk_outputs(
+    x: _ChunkTerms, S: torch.Tensor, scale: float, units: Units, c: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """o, its bound without the carried state error, its magnitude, and δS, for a batch.
+
+    ``S``: the exact state entering each chunk ``[H, N, K, V]``.
+    """
+    K = x.q.shape[-1]
+    u, eps_w, eps_k = units.u, x.eps_w, x.eps_k
+    S_abs = S.abs()
+    Vn = x.U - x.W @ S
+    Vn_abs = Vn.abs()
+    Kt = x.Kt_signed.abs()
+    eta_L = units.gamma(K + 2) + eps_w + 2 * eps_k + 2 * units.op
+    eta = (
+        units.gamma(2 * c)
+        + units.gamma(c + 1)
+        + eta_L
+        + units.inverse
+        + eps_w
+        + eps_k
+        + 2 * u
+        + 2 * units.op
+        + units.casts
+    )
+    zeta = units.gamma(K + 1) + 2 * units.inter + units.state + 2 * units.op
+    dVn = eta * x.M @ (x.R2 + x.R1 @ S_abs) + zeta * (x.U.abs() + x.W.abs() @ S_abs)
+    # Weights e^x that are subnormal err by 2^-150 absolutely: the terms without them.
+    dVn = dVn + units.under * x.T.abs() @ (x.L_bare @ Vn_abs + x.bare_k @ S_abs)
+    dS = (
+        (2 * u + eps_w) * x.eGc[..., None] * S_abs
+        + (units.gamma(c + 1) + eps_w + eps_k + units.casts) * Kt.transpose(-1, -2) @ Vn_abs
+        + Kt.transpose(-1, -2) @ dVn
+        + units.under * (S_abs + x.k.abs().transpose(-1, -2) @ Vn_abs)
+        + (2 * c + 2 * K + 8) * units.under
+    )
+    qG = x.q * x.eG
+    magnitude = scale * (qG.abs() @ S_abs + x.P @ Vn_abs)
+    o = scale * (qG @ S + x.A_qk @ Vn)
+    relative = units.gamma(K + c + 2) + eps_w + 2 * eps_k + units.state + units.casts
+    bound = (
+        relative * magnitude
+        + scale * x.P @ dVn
+        + scale
+        * units.under
+        * (x.q.abs() @ S_abs + (x.q.abs() @ x.k.abs().transpose(-1, -2)).tril() @ Vn_abs)
+        + (2 * c + 2 * K + 8) * units.under
+    )
+    return o, bound, magnitude, dS
 
 
 def _finish(
-    seq: DeltaSequence,
-    S: torch.Tensor,
-    E: torch.Tensor,
-    outs: list[torch.Tensor],
-    bounds: list[torch.Tensor],
-    mags: list[torch.Tensor],
+    S: torch.Tensor, E: torch.Tensor, o: torch.Tensor, bound: torch.Tensor, magnitude: torch.Tensor
 ) -> SequenceBound:
-    H, _, V = seq.v.shape
-
-    def stack(xs: list[torch.Tensor]) -> torch.Tensor:
-        return torch.stack(xs, 1) if xs else seq.v.new_zeros(H, 0, V)
-
+    """One sequence's `SequenceBound` from its final state and column error, and its outputs."""
     return SequenceBound(
-        o=stack(outs),
-        o_bound=stack(bounds),
-        o_magnitude=stack(mags),
+        o=o,
+        o_bound=bound,
+        o_magnitude=magnitude,
         state=S,
         state_bound=E[:, None, :].expand(S.shape).clone(),
         state_magnitude=S.abs(),
@@ -513,22 +566,20 @@ def _tensor_bound(
         reference=reference,
         bound=bound,
         magnitude=magnitude,
-        count=torch.full_like(reference, count),
+        count=reference.new_tensor(count).expand_as(reference),
         unit=units.acc,
         verifiable=torch.isfinite(bound),
     )
 
 
 __all__ = [
-    "PIVOT_NUDGE",
-    "InverseKind",
     "SequenceBound",
     "Units",
     "chunk_sequence",
     "contraction",
     "forward_bounds",
-    "inverse_kind",
-    "inverse_magnitude",
     "recurrent_sequence",
+    "running_errors",
     "sequence_bounds",
+    "step_errors",
 ]

@@ -102,13 +102,23 @@ norm, dq and dk are chained to the raw inputs as gradient_bounds.py does (|J| B 
 2 ε_k) |J| m). Every gradient is finally rounded to its input's dtype (one u |ref| and half the
 smallest subnormal), as `gradient_bounds.backward_bounds`.
 
-The reference gradients are float64 autograd of the recurrent oracle (`reference_gradients`);
+Evaluation. Given the exact S entering and Λ⁺ leaving a chunk, everything above is local to the
+chunk, so only two recurrences run chunk by chunk: the exact states forward and the exact adjoints
+backward (`chunk_states`, `chunk_adjoints`: a few products per chunk, the rest formed for many
+chunks at once), and then the column errors E and F, recurrences on [H, V]. The chunks' sums
+and both jvps are evaluated on batches of chunks folded into the heads axis ([H·n, c, ...]), n
+chosen so that one intermediate holds at most `GROUP_ELEMENTS` elements: memory is O(L) (the
+states, adjoints, inverses and results) plus one batch's intermediates, a few hundred MB.
+
+The reference gradients are the recurrent oracle's exact adjoint (`reference_gradients`, equal
+to float64 autograd through it to rounding), computed before the bounds;
 `chunk_backward` in exact mode reproduces them (tests/delta/test_chunk_gradient_bounds.py), so the
 magnitudes above are those of the same sums.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -116,21 +126,27 @@ import torch
 from linattn_verify.core.bound import TensorBound
 from linattn_verify.delta.bounds import (
     SMALLEST_SUBNORMAL,
-    InverseKind,
     Units,
     contraction,
-    inverse_kind,
     per_head_elements,
 )
 from linattn_verify.delta.chunk_backward import (
     PRIMITIVES,
     ChunkInputs,
+    chunk_adjoints,
     chunk_inputs,
+    chunk_primitives,
+    chunk_states,
     evaluate,
     jvp,
     pair_scores,
 )
-from linattn_verify.delta.gradient_assembly import assemble_gradient_bounds, l2norm_chain
+from linattn_verify.delta.gradient_assembly import (
+    assemble_gradient_bounds,
+    l2norm_chain,
+    reference_gradients,
+)
+from linattn_verify.delta.inverse import InverseKind, inverse_kind
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import DeltaSequence, group_size
@@ -171,6 +187,153 @@ def rounding_counts(K: int, V: int, c: int) -> dict[str, int]:
     }
 
 
+GROUP_ELEMENTS = 2**16
+"""The most float64 elements one per-chunk intermediate of a batch of chunks may hold (`_groups`):
+a chunk's largest is its pair weights (c² K with a vector gate) or a [c, K] / [K, V] matrix,
+and a batch's jvp keeps about two hundred such tensors alive: near 100 MB. Measured at
+T = 65,536, H = 2, K = V = 64, scalar gate (the whole gradient bound, one thread): 2^16 took
+38.5 s CPU and 2.04 GB peak, 2^17 32.5 s and 2.17 GB, 2^18 no faster and 0.2 GB more."""
+
+
+STATE, ADJOINT = PRIMITIVES.index("S"), PRIMITIVES.index("Lam")
+"""Where S and Λ⁺ are among the primitives."""
+
+
+def _groups(H: int, L: int, C: int, per_chunk: int, elements: int) -> list[tuple[int, int, int]]:
+    """The batches of chunks of a sequence: ``(first token, chunks, chunk length)``.
+
+    Full chunks, as many at a time as keep one intermediate of ``per_chunk`` elements per head
+    and chunk under ``elements``; the shorter last chunk (L not a multiple of C) alone.
+    """
+    full = L // C
+    most = max(1, elements // max(1, H * per_chunk))
+    groups = [(n * C, min(most, full - n), C) for n in range(0, full, most)]
+    if full * C < L:
+        groups.append((full * C, 1, L - full * C))
+    return groups
+
+
+def model_tangents(
+    x: ChunkInputs,
+    M: torch.Tensor,
+    nodes: dict[str, torch.Tensor],
+    *,
+    units: Units,
+    eps_k: float,
+    floors: tuple[float, float, float],
+    inverse: InverseKind,
+    gated: bool,
+) -> tuple[torch.Tensor, ...]:
+    """ΔX of the primitives and stored nodes (docstring); S, Λ⁺ only their reads.
+
+    ``x`` may batch several chunks (`chunk_inputs`): every tangent is per leading index.
+    """
+    c, K = x.q.shape[1], x.q.shape[2]
+    V = x.v.shape[-1]
+    u = units.u
+    phi_I, phi_T, phi_S = floors
+    floor = units.under if gated else 0.0
+    # The chunk-local cumsum errs by γ_{c+1} |G_i| (every g <= 0, so |G_i| = Σ|g|); a weight
+    # e^{a - b} by both cumsums' errors and the exp's (4 + 2.4|a - b|) u. Weights of a
+    # token with itself (the diagonal of wqk, e^{G_c - G_c}) are e^0 = 1 exactly.
+    a = units.gamma(c + 1) * x.G.abs() if gated else torch.zeros_like(x.G)
+    diff = (x.G[:, :, None, :] - x.G[:, None, :, :]).abs()
+    rel = (a[:, :, None, :] + a[:, None, :, :] + (4 + 2.4 * diff) * u) * gated
+    off = 1 - torch.eye(c, dtype=x.q.dtype, device=x.q.device)[None, :, :, None]
+    rel_pair = rel * off
+
+    def w_dir(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return r * w.abs() + floor * (w != 0) * (r != 0)
+
+    rel_G = (a + (4 + 2.4 * x.G.abs()) * u) * gated
+    rel_out = rel[:, -1] * (1 - torch.eye(c, dtype=x.q.dtype, device=x.q.device)[-1][None, :, None])
+    # T: forward substitution (or the block merge) on the computed L, and L's own errors:
+    # |δT| <= (γ_{2c} + 4 u_op) M + |T| |δL| |T| + u_T |T| + φ_T,
+    # |δL_ij| <= β_i Σ_m |k_im k_jm| w_ijm η_ijm.
+    eta = units.gamma(K + 2) + 2 * eps_k + 2 * units.op + rel_pair
+    dL = x.beta.abs()[..., None] * pair_scores(x.k.abs(), x.k.abs(), x.wkk.abs() * eta)
+    dT = (units.gamma(2 * c) + 4 * units.op) * M + x.T.abs() @ dL @ x.T.abs()
+    stored = torch.ones_like(x.T) if inverse == "pivoting" else torch.ones_like(x.T).tril()
+    dT = dT + (units.inverse * x.T.abs() + phi_T) * stored
+    # Every store errs by u |node| + φ (φ: an underflowing 16-bit store), at its node.
+    uI, uS = units.inter, units.state
+    # Gradual underflow at every node: each of the at most K + V + c + 4 operations forming
+    # it errs by 2^-150 absolutely where its result is subnormal, and that error travels
+    # with the node through every later product (a subnormal e^{G_i} times s q S dO).
+    under = (K + V + c + 4) * units.under
+
+    def store(name: str, n_floor: float = 1.0) -> torch.Tensor:
+        return uI * nodes[name].abs() + n_floor * phi_I + under
+
+    Mt = M.transpose(-1, -2)
+    zero = torch.zeros((), dtype=x.q.dtype, device=x.q.device)
+    # The three terms below are products of u_I, φ_I or u_T with magnitudes: 0 (and not formed,
+    # at the cost of three products per chunk) where the recipe stores nothing.
+    # The decayed Vn FLA stores before K^T reads it: Σ_j |k_jm| (u |e^{G_c - G_j} Vn_jv| + φ).
+    sn = zero.expand(x.q.shape[0], K, V)
+    if uI or phi_I:
+        Kt_abs = nodes["node_Kt"].abs().transpose(-1, -2)
+        sn = uI * Kt_abs @ nodes["node_Vn"].abs() + phi_I * x.k.abs().sum(1)[:, :, None]
+    # The adjoint dT = dVn R^T of a stored inverse, rounded to inverse_dtype (autograd
+    # through the cast): it reaches dL as T^T δ(dT) T^T, <= u_T M^T |dVn| |R|^T M^T.
+    dT_adj = zero
+    if units.inverse:
+        dVn_R = nodes["node_dVn"].abs() @ nodes["node_R"].abs().transpose(-1, -2)
+        dT_adj = units.inverse * (Mt @ dVn_R @ Mt)
+    # dW = -dVn S^T stored reaches d(βK_in) = T^T dW through T^T: M^T (u |dW| + φ).
+    dW = zero.expand(x.k.shape)
+    if uI or phi_I:
+        dW = Mt @ (uI * nodes["node_dW"].abs() + phi_I)
+    return (
+        eps_k * x.q.abs() + under,
+        eps_k * x.k.abs() + under,
+        w_dir(x.wqk, rel_pair),
+        w_dir(x.wkk, rel_pair),
+        w_dir(x.eG, rel_G),
+        w_dir(x.eGc, rel_G[:, -1]),
+        w_dir(x.ekout, rel_out),
+        dT + under,
+        uS * x.S.abs() + phi_S + under,
+        uS * x.Lam.abs() + phi_S + under,
+        store("node_q_in"),
+        store("node_k_in"),
+        store("node_Kt"),
+        store("node_Aqk"),
+        uI * x.v.abs() + phi_I + under,  # beta v cast (relative to v: beta is exact)
+        store("node_W"),
+        store("node_Vn") + store("node_U"),
+        sn + under,
+        store("node_local") + store("node_dVn"),
+        store("node_Y"),
+        store("node_dL") + dT_adj + max(phi_I, phi_T),
+        dW + under,
+    )
+
+
+def abs_primals(x: ChunkInputs, M: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The magnitudes' primals: every primitive's absolute value, M for T, the zero slots."""
+    prims = [p.abs() for p in x.primitives()]
+    prims[PRIMITIVES.index("T")] = M
+    return tuple(prims)
+
+
+def _along_states(
+    f: Callable[..., dict[str, torch.Tensor]], primals: tuple[torch.Tensor, ...]
+) -> Callable[..., dict[str, torch.Tensor]]:
+    """``f`` as a function of S and Λ⁺ alone, the other primals held at their values.
+
+    Its jvp is that of ``f`` along tangents zero everywhere but S and Λ⁺ (the carried errors),
+    without forming the products of the zero tangents (each an exact 0: the same numbers).
+    """
+
+    def g(S: torch.Tensor, Lam: torch.Tensor) -> dict[str, torch.Tensor]:
+        prims = list(primals)
+        prims[STATE], prims[ADJOINT] = S, Lam
+        return f(*prims)
+
+    return g
+
+
 def _sequence(
     seq: DeltaSequence,
     raw_q: torch.Tensor,
@@ -183,19 +346,28 @@ def _sequence(
     l2norm_qk: bool,
     floors: tuple[float, float, float],
     inverse: InverseKind = "substitution",
+    group_elements: int | None = None,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Bounds and magnitudes of one sequence's gradients (heads first), by input name.
 
-    ``inverse`` says how the kernel inverts (`linattn_verify.delta.bounds.inverse_magnitude`);
-    a pivoting solver's stored T̂ has an upper triangle too.
+    ``inverse`` says how the kernel inverts (`linattn_verify.delta.inverse.inverse_magnitude`);
+    a pivoting solver's stored T̂ has an upper triangle too. The chunks are evaluated in
+    batches (`chunk_inputs`) of at most ``group_elements`` elements per intermediate (default
+    `GROUP_ELEMENTS`), in four passes: the exact states forward, the exact adjoints backward
+    (only their recurrences run chunk by chunk), every chunk's magnitudes and model jvp (the
+    local terms of E, F and the gradients), then, once the column errors E and F⁺ have run over
+    the chunks, the jvp carrying them. Memory: O(L) for the states, adjoints and inverses, and
+    the results; one batch's intermediates on top.
     """
     H, L, K = seq.q.shape
     V = seq.v.shape[-1]
-    u = units.u
     eps_k = units.l2norm(K, l2norm_qk)
     rho = contraction(seq.beta, seq.k, seq.g)
-    starts = list(range(0, L, C))
-    phi_I, phi_T, phi_S = floors
+    vector = seq.g is not None and seq.g.ndim == 3
+    elements = GROUP_ELEMENTS if group_elements is None else group_elements
+    groups = _groups(H, L, C, max(C * C * (K if vector else 1), C * K, C * V, K * V), elements)
+    chunk_of = [sum(n for _, n, _ in groups[:i]) for i in range(len(groups))]
+    N = sum(n for _, n, _ in groups)
 
     def coefficients(c: int) -> dict[str, float]:
         """κ of each output of a chunk of c tokens (module docstring)."""
@@ -203,142 +375,120 @@ def _sequence(
             name: units.gamma(n) + 16 * units.op for name, n in rounding_counts(K, V, c).items()
         }
 
-    def model_tangents(
-        x: ChunkInputs, M: torch.Tensor, nodes: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, ...]:
-        """ΔX of the primitives and stored nodes (docstring); S, Λ⁺ only their reads."""
-        c = x.q.shape[1]
-        gated = seq.g is not None
-        floor = units.under if gated else 0.0
-        # The chunk-local cumsum errs by γ_{c+1} |G_i| (every g <= 0, so |G_i| = Σ|g|); a weight
-        # e^{a - b} by both cumsums' errors and the exp's (4 + 2.4|a - b|) u. Weights of a
-        # token with itself (the diagonal of wqk, e^{G_c - G_c}) are e^0 = 1 exactly.
-        a = units.gamma(c + 1) * x.G.abs() if gated else torch.zeros_like(x.G)
-        diff = (x.G[:, :, None, :] - x.G[:, None, :, :]).abs()
-        rel = (a[:, :, None, :] + a[:, None, :, :] + (4 + 2.4 * diff) * u) * gated
-        off = 1 - torch.eye(c, dtype=x.q.dtype, device=x.q.device)[None, :, :, None]
-        rel_pair = rel * off
+    def per_chunk(t: torch.Tensor) -> torch.Tensor:
+        """A batch's ``[H·n, ...]`` as ``[H, n, ...]``."""
+        return t.reshape(H, -1, *t.shape[1:])
 
-        def w_dir(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-            return r * w.abs() + floor * (w != 0) * (r != 0)
-
-        rel_G = (a + (4 + 2.4 * x.G.abs()) * u) * gated
-        rel_out = rel[:, -1] * (
-            1 - torch.eye(c, dtype=x.q.dtype, device=x.q.device)[-1][None, :, None]
-        )
-        # T: forward substitution (or the block merge) on the computed L, and L's own errors:
-        # |δT| <= (γ_{2c} + 4 u_op) M + |T| |δL| |T| + u_T |T| + φ_T,
-        # |δL_ij| <= β_i Σ_m |k_im k_jm| w_ijm η_ijm.
-        eta = units.gamma(K + 2) + 2 * eps_k + 2 * units.op + rel_pair
-        dL = x.beta.abs()[..., None] * pair_scores(x.k.abs(), x.k.abs(), x.wkk.abs() * eta)
-        dT = (units.gamma(2 * c) + 4 * units.op) * M + x.T.abs() @ dL @ x.T.abs()
-        stored = torch.ones_like(x.T) if inverse == "pivoting" else torch.ones_like(x.T).tril()
-        dT = dT + (units.inverse * x.T.abs() + phi_T) * stored
-        # Every store errs by u |node| + φ (φ: an underflowing 16-bit store), at its node.
-        uI, uS = units.inter, units.state
-        # Gradual underflow at every node: each of the at most K + V + c + 4 operations forming
-        # it errs by 2^-150 absolutely where its result is subnormal, and that error travels
-        # with the node through every later product (a subnormal e^{G_i} times s q S dO).
-        under = (K + V + c + 4) * units.under
-
-        def store(name: str, n_floor: float = 1.0) -> torch.Tensor:
-            return uI * nodes[name].abs() + n_floor * phi_I + under
-
-        Mt = M.transpose(-1, -2)
-        # The decayed Vn FLA stores before K^T reads it: Σ_j |k_jm| (u |e^{G_c - G_j} Vn_jv| + φ).
-        Kt_abs = nodes["node_Kt"].abs().transpose(-1, -2)
-        sn = uI * Kt_abs @ nodes["node_Vn"].abs() + phi_I * x.k.abs().sum(1)[:, :, None]
-        # The adjoint dT = dVn R^T of a stored inverse, rounded to inverse_dtype (autograd
-        # through the cast): it reaches dL as T^T δ(dT) T^T, <= u_T M^T |dVn| |R|^T M^T.
-        dT_adj = Mt @ (nodes["node_dVn"].abs() @ nodes["node_R"].abs().transpose(-1, -2)) @ Mt
-        # dW = -dVn S^T stored reaches d(βK_in) = T^T dW through T^T: M^T (u |dW| + φ).
-        dW = Mt @ (uI * nodes["node_dW"].abs() + phi_I)
-        return (
-            eps_k * x.q.abs() + under,
-            eps_k * x.k.abs() + under,
-            w_dir(x.wqk, rel_pair),
-            w_dir(x.wkk, rel_pair),
-            w_dir(x.eG, rel_G),
-            w_dir(x.eGc, rel_G[:, -1]),
-            w_dir(x.ekout, rel_out),
-            dT + under,
-            uS * x.S.abs() + phi_S + under,
-            uS * x.Lam.abs() + phi_S + under,
-            store("node_q_in"),
-            store("node_k_in"),
-            store("node_Kt"),
-            store("node_Aqk"),
-            uI * x.v.abs() + phi_I + under,  # beta v cast (relative to v: beta is exact)
-            store("node_W"),
-            store("node_Vn") + store("node_U"),
-            sn.expand(H, K, V) + under,
-            store("node_local") + store("node_dVn"),
-            store("node_Y"),
-            store("node_dL") + units.inverse * dT_adj + max(phi_I, phi_T),
-            dW + under,
+    def batch(
+        i: int, states: torch.Tensor, adjoints: torch.Tensor
+    ) -> tuple[ChunkInputs, torch.Tensor]:
+        start, n, c = groups[i]
+        first = chunk_of[i]
+        S = states[:, first : first + n].reshape(H * n, K, V)
+        Lam = adjoints[:, first : first + n].reshape(H * n, K, V)
+        dO = do[:, start : start + n * c]
+        return chunk_inputs(
+            seq, start, start + n * c, S, Lam, dO, inverse=inverse, chunks=n, T=inverses[i]
         )
 
-    def abs_primals(x: ChunkInputs, M: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        prims = [p.abs() for p in x.primitives()]
-        prims[PRIMITIVES.index("T")] = M
-        return tuple(prims)
-
-    # Forward: exact entering states and their column errors E.
+    # 1. The exact states entering each chunk (and each batch's inverses, kept for the others).
+    states = seq.S0.new_empty(H, N, K, V)
+    inverses: list[torch.Tensor] = []
     S = seq.S0
-    E = S.new_zeros(H, V)
-    zero_lam = S.new_zeros(H, K, V)
-    states, errors = [], []
-    for start in starts:
-        end = min(start + C, L)
-        x, M = chunk_inputs(seq, start, end, S, zero_lam, do[:, start:end], inverse=inverse)
-        kappa = coefficients(end - start)
-        states.append(S)
-        errors.append(E)
-        nodes = evaluate(x, scale, magnitude=False)(*x.primitives())
-        S = nodes["S_next"]
-        mag, lin = jvp(
-            evaluate(x, scale, magnitude=True), abs_primals(x, M), model_tangents(x, M, nodes)
+    for i, (start, n, c) in enumerate(groups):
+        x, _ = chunk_primitives(
+            seq, start, start + n * c, S, S, do[:, start : start + n * c], chunks=n
         )
-        local = kappa["S_next"] * mag["S_next"] + lin["S_next"]
-        E = rho[:, start:end].prod(-1)[:, None] * E + local.norm(dim=1)
-    # Backward: exact adjoints Λ⁺ and their column errors F, and the gradients' bounds.
+        inverses.append(x.T)
+        entering, S = chunk_states(x, S)
+        states[:, chunk_of[i] : chunk_of[i] + n] = per_chunk(entering)
+    # 2. The exact adjoints Λ⁺ leaving each chunk, backward; Λ of the first is dS_0's.
+    adjoints = seq.S0.new_empty(H, N, K, V)
     Lam = dS_T
-    F = Lam.new_zeros(H, V)
-    out: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {
-        n: [] for n in ("q", "k", "v", "beta", "g")
-    }
-    for start, S, E in reversed(list(zip(starts, states, errors, strict=True))):
-        end = min(start + C, L)
-        x, M = chunk_inputs(seq, start, end, S, Lam, do[:, start:end], inverse=inverse)
-        kappa = coefficients(end - start)
-        exact = evaluate(x, scale, magnitude=False)(*x.primitives())
-        f_abs = evaluate(x, scale, magnitude=True)
+    for i in reversed(range(len(groups))):
+        start, n, c = groups[i]
+        x, _ = chunk_primitives(
+            seq,
+            start,
+            start + n * c,
+            Lam,
+            Lam,
+            do[:, start : start + n * c],
+            chunks=n,
+            T=inverses[i],
+        )
+        leaving, Lam = chunk_adjoints(x, Lam, scale)
+        adjoints[:, chunk_of[i] : chunk_of[i] + n] = per_chunk(leaving)
+    # 3. Every chunk's magnitudes and model jvp: the local terms of E and F, and the
+    # gradients' bounds so far (κ m + J along the model's errors).
+    local_E, local_F = seq.S0.new_empty(H, N, V), seq.S0.new_empty(H, N, V)
+    decay = seq.S0.new_empty(H, N)
+    names = ("q", "k", "v", "beta", "g")
+    bounds: dict[str, torch.Tensor] = {}
+    mags: dict[str, torch.Tensor] = {}
+    for i, (start, n, c) in enumerate(groups):
+        x, M = batch(i, states, adjoints)
+        kappa = coefficients(c)
+        exact = evaluate(x, scale, magnitude=False, outputs="nodes")(*x.primitives())
+        tangents = model_tangents(
+            x,
+            M,
+            exact,
+            units=units,
+            eps_k=eps_k,
+            floors=floors,
+            inverse=inverse,
+            gated=seq.g is not None,
+        )
+        mag, lin = jvp(
+            evaluate(x, scale, magnitude=True, outputs="bounds"), abs_primals(x, M), tangents
+        )
+        chunks = slice(chunk_of[i], chunk_of[i] + n)
+        for target, out in ((local_E, "S_next"), (local_F, "Lam_in")):
+            target[:, chunks] = per_chunk((kappa[out] * mag[out] + lin[out]).norm(dim=1))
+        decay[:, chunks] = rho[:, start : start + n * c].reshape(H, n, c).prod(-1)
+        tokens = slice(start, start + n * c)
+        for name in names:
+            part = kappa[name] * mag[name] + lin[name]
+            if name not in bounds:
+                bounds[name] = part.new_empty(H, L, *part.shape[2:])
+                mags[name] = part.new_empty(H, L, *part.shape[2:])
+            bounds[name][:, tokens] = part.reshape(H, n * c, *part.shape[2:])
+            mags[name][:, tokens] = mag[name].reshape(H, n * c, *part.shape[2:])
+    # The column errors: E entering each chunk, forward; F⁺ leaving each, backward.
+    E_in, F_out = seq.S0.new_empty(H, N, V), seq.S0.new_empty(H, N, V)
+    E = seq.S0.new_zeros(H, V)
+    for j in range(N):
+        E_in[:, j] = E
+        E = decay[:, j, None] * E + local_E[:, j]
+    F = seq.S0.new_zeros(H, V)
+    for j in reversed(range(N)):
+        F_out[:, j] = F
+        F = decay[:, j, None] * F + local_F[:, j]
+    # 4. The jvp along the carried errors (S: E, Λ⁺: F⁺), the other primitives held fixed.
+    for i, (start, n, c) in enumerate(groups):
+        x, M = batch(i, states, adjoints)
         primals = abs_primals(x, M)
-        mag, lin = jvp(f_abs, primals, model_tangents(x, M, exact))
-        state_dirs = [torch.zeros_like(p) for p in primals]
-        state_dirs[PRIMITIVES.index("S")] = E[:, None, :].expand(H, K, V).clone()
-        state_dirs[PRIMITIVES.index("Lam")] = F[:, None, :].expand(H, K, V).clone()
-        _, carried = jvp(f_abs, primals, tuple(state_dirs))
-        for name in out:
-            bound = kappa[name] * mag[name] + lin[name] + carried[name]
-            magnitude = mag[name]
+        f_abs = evaluate(x, scale, magnitude=True, outputs="gradients")
+
+        chunks = slice(chunk_of[i], chunk_of[i] + n)
+        dirs = tuple(
+            t[:, chunks].reshape(H * n, 1, V).expand(H * n, K, V).clone() for t in (E_in, F_out)
+        )
+        _, carried = jvp(_along_states(f_abs, primals), (primals[STATE], primals[ADJOINT]), dirs)
+        tokens = slice(start, start + n * c)
+        for name in names:
+            shape = carried[name].shape
+            bound = bounds[name][:, tokens].reshape(shape) + carried[name]
             if name in ("q", "k") and l2norm_qk:
-                raw = (raw_q if name == "q" else raw_k)[:, start:end]
+                raw = (raw_q if name == "q" else raw_k)[:, tokens].reshape(H * n, c, K)
+                magnitude = mags[name][:, tokens].reshape(shape)
                 bound, magnitude = l2norm_chain(
                     raw, getattr(x, name), bound, magnitude, units, eps_k
                 )
-            out[name].append((bound, magnitude))
-        local = kappa["Lam_in"] * mag["Lam_in"] + lin["Lam_in"]
-        F = rho[:, start:end].prod(-1)[:, None] * F + local.norm(dim=1)
-        Lam = exact["Lam_in"]
-    result: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    for name, parts in out.items():
-        if parts:
-            parts = parts[::-1]
-            result[name] = (
-                torch.cat([b for b, _ in parts], 1),
-                torch.cat([m for _, m in parts], 1),
-            )
+                mags[name][:, tokens] = magnitude.reshape(H, n * c, *shape[2:])
+            bounds[name][:, tokens] = bound.reshape(H, n * c, *shape[2:])
+    result = {name: (bounds[name], mags[name]) for name in bounds}
     result["initial_state"] = (F[:, None, :].expand(H, K, V).clone(), Lam.abs())
     return result
 
@@ -359,11 +509,11 @@ def chunk_backward_bounds(
         do: The cotangent of o ``[B, T, H, V]``.
         d_final_state: The cotangent of S_T ``[N, H, K, V]``, or `None`.
         causal_exact: The kernel promises bit-exact causality (no pivoting solver for the
-            chunk's inverse: `linattn_verify.delta.bounds.inverse_magnitude`). Default: `True`.
+            chunk's inverse: `linattn_verify.delta.inverse.inverse_magnitude`). Default: `True`.
 
     Returns:
         ``dq``, ``dk``, ``dv``, ``dbeta``, ``dg`` and ``dinitial_state`` where the input exists:
-        the float64 autograd reference, the bound B and the magnitude.
+        the float64 reference, the bound B and the magnitude.
     """
     units = Units.of(recipe, problem.q.dtype)
     _, _, _, K, V = problem.shape
@@ -394,13 +544,15 @@ def chunk_backward_bounds(
             floors,
             inverse_kind(recipe, causal_exact=causal_exact),
         )
-        return {name: (bound + underflow, mag) for name, (bound, mag) in parts.items()}
+        # In place: the bounds are this call's own tensors, and a copy would double them.
+        return {name: (bound.add_(underflow), mag) for name, (bound, mag) in parts.items()}
 
     # A scalar gate's sum over K is inside its count N (3K): no further term.
     count = float(max(rounding_counts(K, V, recipe.chunk_size).values()))
     most = group_size(problem, per_head_elements(problem, recipe))
+    exact = reference_gradients(problem, do, d_final_state)
     return assemble_gradient_bounds(
-        problem, units, do, d_final_state, one, count=count, gate_sum=0.0, most=most
+        problem, units, do, d_final_state, one, count=count, gate_sum=0.0, most=most, exact=exact
     )
 
 

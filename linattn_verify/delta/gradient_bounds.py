@@ -41,22 +41,48 @@ dtype (no decay in that kernel) and stores its dk and dv partials there: S_t the
 (γ_{t+2} + u_I) (|S_0| + Σ_{j<=t} |k_j| |û_j|) (a plain sum, not the contracting recurrence),
 which dq and dk's correction -β S_{t-1} Λ^T k read, and dk and dβ carry 2 u_I m and u_I m more.
 
-The reference gradients are float64 autograd through the recurrent oracle.
+The reference gradients are the exact adjoint recurrence (`gradient_assembly.block_gradients`),
+read off the same blocked sweep as the bounds (`linattn_verify.delta.sweep`, error-model §8.11):
+equal to float64 autograd through the recurrent oracle to rounding.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.judging import bound_on, judging_device, problem_on
-from linattn_verify.delta.bounds import Units, contraction, decay_error, per_head_elements
-from linattn_verify.delta.gradient_assembly import assemble_gradient_bounds, l2norm_chain
+from linattn_verify.delta.bounds import (
+    Units,
+    contraction,
+    decay_error,
+    per_head_elements,
+    running_errors,
+    step_errors,
+)
+from linattn_verify.delta.gradient_assembly import (
+    assemble_gradient_bounds,
+    block_gradients,
+    gradient_rows,
+    l2norm_chain,
+)
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import DeltaSequence, group_size
+from linattn_verify.delta.sweep import (
+    AdjointBlock,
+    Checkpoints,
+    backward_blocks,
+    block_tokens,
+    decay_factors,
+    forward_blocks,
+    keys_down,
+    values_down,
+)
 
 
 def _sequence(
@@ -69,172 +95,297 @@ def _sequence(
     units: Units,
     l2norm_qk: bool,
     stored: bool = False,
-) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Bounds and magnitudes of one sequence's gradients (heads first), by input name.
+) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Bounds, magnitudes and exact values of one sequence's gradients (heads first), by name.
 
-    ``stored``: the recipe's `DeltaRecipe.stored_corrections` (module docstring).
+    ``stored``: the recipe's `DeltaRecipe.stored_corrections` (module docstring). The exact
+    states and adjoints come a block of tokens at a time (`linattn_verify.delta.sweep`); each
+    block's bounds are formed at once, and only the running column errors E and F are loops.
     """
     H, L, K = seq.q.shape
     V = seq.v.shape[-1]
-    eps_k = units.l2norm(K, l2norm_qk)
-    g = units.gamma
-    d = (
-        torch.ones(H, L, K, dtype=seq.q.dtype, device=seq.q.device)
-        if seq.g is None
-        else torch.exp(seq.g if seq.g.ndim == 3 else seq.g[..., None].expand(H, L, K))
-    )
-    eps_d = decay_error(seq, units)
+    n = block_tokens(seq)
+    c = _Constants.of(seq, units, l2norm_qk)
     # Each formula's operations may underflow (2^-150 each); the L2-norm chain divides by
     # r >= sqrt(eps).
     underflow = (K + V + 8) * units.under * (L2NORM_EPS**-0.5 if l2norm_qk else 1.0)
-    rho = contraction(seq.beta, seq.k, seq.g)
-    max_d = d.amax(-1)  # [H, L]
-    k, q, beta = seq.k, seq.q, seq.beta
-    k_norm = k.norm(dim=-1)  # [H, L]
-    # Forward: exact S'_t, S_t and the running column error E_t of the states.
-    S = seq.S0
-    E = S.new_zeros(H, V)
-    Sp_all, S_all, E_prev, E_all, S_prev = [], [], [], [], []
-    summed: list[torch.Tensor] = []
-    # e^g that is subnormal in fp32 errs by 2^-150 absolutely (0 without a gate).
-    under_d = 0.0 if seq.g is None else units.under
-    for t in range(L):
-        S_before = S
-        Sp = d[:, t, :, None] * S
-        kt, bt = k[:, t, :, None], beta[:, t, None, None]
-        a = (kt.abs() * Sp.abs()).sum(1, keepdim=True)
-        S = Sp + kt * (bt * (seq.v[:, t, None, :] - (kt * Sp).sum(1, keepdim=True)))
-        local = (
-            g(K + 5) * (Sp.abs() + S.abs())
-            + (eps_d[:, t, None, None] * Sp.abs() + under_d * S_before.abs())
-            * (1 - bt * kt.pow(2).sum(1, keepdim=True)).abs().clamp(min=1)
-            + (g(K + 5) + eps_k) * bt * kt.abs() * (seq.v[:, t, None, :].abs() + 2 * a)
-            + (K + 6) * units.under
-        )
-        E_prev.append(E)
-        # |S_0| + Σ_{j<=t} |k_j| |β_j e_j|: the terms of S_t recomputed from the corrections.
-        summed.append((summed[-1] if summed else S_before.abs()) + (kt * (S - Sp)).abs())
-        E = rho[:, t, None] * E + local.norm(dim=1)
-        Sp_all.append(Sp)
-        S_prev.append(S_before)
-        S_all.append(S)
-        E_all.append(E)
-    # Backward: exact Λ_t and its running column error F_t.
-    Lam, F = dS_T, dS_T.new_zeros(H, V)
+    kept = Checkpoints(seq, n)
+    E_prev, E_all, summed = _forward_errors(seq, units, c, kept, stored)
+    # Every result is written into its [H, L, ...] tensor block by block: many small
+    # long-lived pieces between the blocks' large temporaries fragment the allocator's heap
+    # (measured: 3.2 GB peak at T = 16,384 with per-block pieces, 1.1 GB without).
+    widths = {"q": K, "k": K, "v": V, "beta": None, "g": K}
+    if seq.g is None:
+        del widths["g"]
+    out, mags = ({name: _rows(seq, w) for name, w in widths.items()} for _ in range(2))
+    grads = gradient_rows(seq)
+    raw_qk = (raw_q, raw_k) if l2norm_qk else None
+    # Λ_L = dS_T + s q_L do_L^T: the scale's rounding and the multiply, an in-kernel
+    # normalised q's ε.
+    F = dS_T.new_zeros(H, V)
     if L:
-        last = scale * q[:, L - 1, :, None] * do[:, L - 1, None, :]
-        # s q do^T: the scale's rounding and the multiply, and an in-kernel normalised q's ε.
-        Lam, F = Lam + last, (g(3) + eps_k) * last.abs().norm(dim=1)
-    out: dict[str, list[torch.Tensor]] = {n: [] for n in ("q", "k", "v", "beta", "g")}
-    mags: dict[str, list[torch.Tensor]] = {n: [] for n in ("q", "k", "v", "beta", "g")}
-    for t in reversed(range(L)):
-        Sp, St, Et, Ep = Sp_all[t], S_all[t], E_all[t], E_prev[t]
-        kt, bt = k[:, t], beta[:, t, None]  # [H, K], [H, 1]
-        kn = k_norm[:, t, None]  # [H, 1]
-        e = seq.v[:, t] - (kt[:, :, None] * Sp).sum(1)  # [H, V]
-        pred_mag = (kt.abs()[:, :, None] * Sp.abs()).sum(1)  # |S'|^T |k|, [H, V]
-        # S' = e^g S_{t-1} formed in fp32 errs by ε_d |S'|, by the subnormal e^g's 2^-150
-        # |S_{t-1}|, and, where S' itself is below the normal range, by 2^-150 absolutely.
-        sigma = (
-            max_d[:, t, None, None] * Ep[:, None, :]
-            + eps_d[:, t, None, None] * Sp.abs()
-            + under_d * (S_prev[t].abs() + 1)
+        last = scale * seq.q[:, L - 1, :, None] * do[:, L - 1, None, :]
+        F = (c.g(3) + c.eps_k) * last.abs().norm(dim=1)
+    Lam = dS_T
+    for blk in backward_blocks(seq, scale, do, dS_T, n, kept.states):
+        span = slice(blk.start, blk.stop)
+        reads = _AdjointReads.of(seq, blk)
+        Lam_p = None if seq.g is None else reads.Lam_p
+        for name, grad in block_gradients(seq, scale, do, blk, reads.lam_k, Lam_p, raw_qk).items():
+            grads[name][:, span] = grad
+        F_all, F = _adjoint_errors(seq, scale, do, blk, reads, F, units, c)
+        before = summed[blk.start // n] if stored else None
+        bounds = _block_bounds(
+            seq, scale, do, blk, reads, E_all[:, span], E_prev[:, span], F_all, units, c, before
         )
-        de = (
-            kn * max_d[:, t, None] * Ep
-            + (g(K + 1) + eps_d[:, t, None] + eps_k) * (seq.v[:, t].abs() + pred_mag)
-            + under_d * kt.abs().sum(-1, keepdim=True)
-        )
-        lam_k = (Lam * kt[:, :, None]).sum(1)  # Λ^T k, [H, V]
-        lam_k_mag = (Lam.abs() * kt.abs()[:, :, None]).sum(1)
-        # dq (before the L2-norm chain)
-        do_t = do[:, t]
-        dq_mag = scale * (St.abs() * do_t.abs()[:, None, :]).sum(-1)  # [H, K]
-        dq_b = scale * (Et * do_t.abs()).sum(-1, keepdim=True) + g(V + 2) * dq_mag
-        # dv
-        dv_mag = bt * lam_k_mag
-        dv_b = bt * (kn * F + (g(K + 2) + eps_k) * lam_k_mag)
-        # dbeta
-        db_mag = (lam_k_mag * e.abs()).sum(-1)
-        db_b = (kn * F * e.abs() + lam_k_mag * de).sum(-1) + (g(K + V + 2) + 2 * eps_k) * db_mag
-        # dk (before the L2-norm chain)
-        dk_mag = bt * (
-            (Lam.abs() * e.abs()[:, None, :]).sum(-1) + (Sp.abs() * lam_k_mag[:, None, :]).sum(-1)
-        )
-        dk_b = (
-            bt
-            * (
-                (F * e.abs()).sum(-1, keepdim=True)
-                + (Lam.abs() * de[:, None, :]).sum(-1)
-                + (sigma * lam_k.abs()[:, None, :]).sum(-1)
-                + (Sp.abs() * (kn * F)[:, None, :]).sum(-1)
-            )
-            + (g(K + V + 4) + 2 * eps_k) * dk_mag
-        )
-        # dg
-        Lam_p = Lam - bt[:, :, None] * kt[:, :, None] * lam_k[:, None, :]
-        dLam_p = F[:, None, :] * (1 + bt[:, :, None] * kt.abs()[:, :, None] * kn[:, :, None])
-        # Λ' = Λ - β k (k^T Λ) can cancel (β ||k||² = 1): its rounding scales with the terms.
-        Lam_p_terms = Lam.abs() + bt[:, :, None] * kt.abs()[:, :, None] * lam_k_mag[:, None, :]
-        dg_mag = (Sp.abs() * Lam_p_terms).sum(-1)  # [H, K]
-        dg_b = (sigma * Lam_p.abs() + Sp.abs() * dLam_p).sum(-1) + g(V + K + 4) * dg_mag
-        if stored:
-            # States recomputed from the stored corrections û_j: each errs by u_I |û_j|, the
-            # sum by γ_{t+2}; dk's partial (Λ e β, from û) and dβ (dv · û) are read back from
-            # u_I storage, and dk's correction reads the stored dv against S_{t-1}.
-            u_I = units.inter
-            recomputed = (g(t + 2) + u_I) * summed[t]
-            before = (g(t + 2) + u_I) * (summed[t - 1] if t else S_prev[0].abs())
-            dq_b = dq_b + scale * (recomputed * do_t.abs()[:, None, :]).sum(-1)
-            dk_b = (
-                dk_b
-                + 2 * u_I * dk_mag
-                + bt
-                * (
-                    (before * lam_k_mag[:, None, :]).sum(-1)
-                    + u_I * (S_prev[t].abs() * lam_k_mag[:, None, :]).sum(-1)
-                )
-            )
-            db_b = db_b + u_I * db_mag
-        if l2norm_qk:
-            dq_b, dq_mag = l2norm_chain(raw_q[:, t], q[:, t], dq_b, dq_mag, units, eps_k)
-            dk_b, dk_mag = l2norm_chain(raw_k[:, t], kt, dk_b, dk_mag, units, eps_k)
-        for name, bound, mag in (
-            ("q", dq_b, dq_mag),
-            ("k", dk_b, dk_mag),
-            ("v", dv_b, dv_mag),
-            ("beta", db_b, db_mag),
-            ("g", dg_b, dg_mag),
-        ):
-            out[name].append(bound + underflow)
-            mags[name].append(mag)
-        # Λ_{t-1} = D_t Λ'_t + s q_{t-1} do_{t-1}^T (dS_0 = D_1 Λ'_1 at t = 0)
-        step_mag = d[:, t, :, None] * (
-            Lam.abs() + bt[:, :, None] * kt.abs()[:, :, None] * lam_k_mag[:, None, :]
-        )
-        Lam = d[:, t, :, None] * Lam_p
-        # k enters A_t^T twice (β k (k^T Λ)): an in-kernel normalised k's ε_k on each.
-        k_part = d[:, t, :, None] * bt[:, :, None] * kt.abs()[:, :, None] * lam_k_mag[:, None, :]
-        local = (
-            g(K + 6) * step_mag
-            + 2 * eps_k * k_part
-            + eps_d[:, t, None, None] * Lam.abs()
-            + under_d * Lam_p.abs()
-            + (K + 8) * units.under
-        )
-        if t:
-            outer = scale * q[:, t - 1, :, None] * do[:, t - 1, None, :]
-            Lam = Lam + outer
-            local = local + (g(K + 6) + eps_k) * outer.abs()
-        F = rho[:, t, None] * F + local.norm(dim=1)
-    result: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    for name in out:
-        bounds, magnitudes = out[name][::-1], mags[name][::-1]
-        if not bounds:
-            continue
-        result[name] = (torch.stack(bounds, 1), torch.stack(magnitudes, 1))
-    result["initial_state"] = (F[:, None, :].expand(H, K, V).clone(), Lam.abs())
+        for name in widths:
+            bound, mag = bounds[name]
+            if name in ("q", "k") and l2norm_qk:
+                raw = (raw_q if name == "q" else raw_k)[:, span]
+                unit = getattr(seq, name)[:, span]
+                bound, mag = l2norm_chain(raw, unit, bound, mag, units, c.eps_k)
+            out[name][:, span] = bound + underflow
+            mags[name][:, span] = mag
+        Lam = blk.Lam_before
+    # The exact gradients are read off the same sweep (`sequence_gradients`' values).
+    result: dict[str, tuple[torch.Tensor, ...]] = {
+        name: (out[name], mags[name], grads[name]) for name in widths
+    }
+    result["initial_state"] = (F[:, None, :].expand(H, K, V).clone(), Lam.abs(), Lam)
     return result
+
+
+def _rows(seq: DeltaSequence, width: int | None) -> torch.Tensor:
+    """A zeroed ``[H, L, width]`` (or ``[H, L]``) float64 tensor for per-token results."""
+    H, L, _ = seq.q.shape
+    return seq.q.new_zeros(H, L, *(() if width is None else (width,)))
+
+
+@dataclass(frozen=True)
+class _Constants:
+    """What every token's bound of one sequence reads: ε's, ρ, the decays and their error."""
+
+    g: Callable[[int], float]  # γ_n of the accumulation
+    eps_k: float  # an in-kernel L2-normalised component's relative error (0 without)
+    d: torch.Tensor | float  # e^{g_t} [H, L, K or 1, 1], 1.0 without a gate
+    max_d: torch.Tensor  # max_m e^{g_tm} [H, L]
+    eps_d: torch.Tensor  # ε_d [H, L]
+    under_d: float  # e^g that is subnormal in fp32 errs by 2^-150 absolutely (0 without a gate)
+    rho: torch.Tensor  # ρ_t [H, L]
+    k_norm: torch.Tensor  # ||k_t|| [H, L]
+
+    @classmethod
+    def of(cls, seq: DeltaSequence, units: Units, l2norm_qk: bool) -> _Constants:
+        d = decay_factors(seq)
+        H, L, K = seq.k.shape
+        return cls(
+            g=units.gamma,
+            eps_k=units.l2norm(K, l2norm_qk),
+            d=1.0 if d is None else d,
+            max_d=seq.k.new_ones(H, L) if d is None else d.amax((-2, -1)),
+            eps_d=decay_error(seq, units),
+            under_d=0.0 if seq.g is None else units.under,
+            rho=contraction(seq.beta, seq.k, seq.g),
+            k_norm=seq.k.norm(dim=-1),
+        )
+
+    def decays(self, span: slice) -> torch.Tensor | float:
+        """e^{g_t} of the tokens of ``span`` ``[H, n, K or 1, 1]`` (1.0 without a gate)."""
+        return self.d if isinstance(self.d, float) else self.d[:, span]
+
+
+def _forward_errors(
+    seq: DeltaSequence, units: Units, c: _Constants, kept: Checkpoints, stored: bool
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """E_{t-1} and E_t ``[H, L, V]``, the running column errors of the exact states.
+
+    Keeps the sweep's checkpoints in ``kept`` for the backward sweep. With ``stored``, also
+    |S_0| + Σ_{j<t} |k_j| |β_j e_j| before each block (the terms of S_t recomputed from the
+    stored corrections).
+    """
+    H, L, _ = seq.k.shape
+    E = seq.S0.new_zeros(H, seq.S0.shape[-1])
+    every = seq.S0.new_zeros(H, L + 1, seq.S0.shape[-1])  # E_{-1} = 0, then E_t
+    summed: list[torch.Tensor] = []
+    total = seq.S0.abs()
+    for blk in forward_blocks(seq, kept.block):
+        kept.keep(blk)
+        span = slice(blk.start, blk.stop)
+        steps = step_errors(seq, blk, units, c.eps_k, c.eps_d, blk.S.abs())
+        every[:, blk.start + 1 : blk.stop + 1] = running_errors(E, c.rho[:, span], steps)
+        E = every[:, blk.stop]
+        if stored:
+            summed.append(total)
+            k = seq.k[:, span, :, None]
+            total = total + (k * (blk.S - blk.Sp)).abs().sum(1)
+    return every[:, :-1], every[:, 1:], summed
+
+
+@dataclass(frozen=True)
+class _AdjointReads:
+    """What the bounds of a block read of its exact adjoints ``[H, n, ...]``."""
+
+    Lam_abs: torch.Tensor  # |Λ_t| [H, n, K, V]
+    Lam_p: torch.Tensor  # Λ'_t = Λ_t - β k (k^T Λ_t) [H, n, K, V]
+    lam_k: torch.Tensor  # Λ_t^T k_t [H, n, V]
+    lam_k_mag: torch.Tensor  # |Λ_t|^T |k_t|
+
+    @classmethod
+    def of(cls, seq: DeltaSequence, blk: AdjointBlock) -> _AdjointReads:
+        span = slice(blk.start, blk.stop)
+        k, beta = seq.k[:, span], seq.beta[:, span, None]
+        lam_k = keys_down(blk.Lam, k)
+        Lam_abs = blk.Lam.abs()
+        return cls(
+            Lam_abs=Lam_abs,
+            Lam_p=blk.Lam - (beta * k)[..., None] * lam_k[:, :, None, :],
+            lam_k=lam_k,
+            lam_k_mag=keys_down(Lam_abs, k.abs()),
+        )
+
+
+def _adjoint_errors(
+    seq: DeltaSequence,
+    scale: float,
+    do: torch.Tensor,
+    blk: AdjointBlock,
+    reads: _AdjointReads,
+    F: torch.Tensor,
+    units: Units,
+    c: _Constants,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """F_t ``[H, n, V]`` (the column errors of the block's Λ_t) and F before the block.
+
+    |δΛ_{t-1}| <= D (γ_{K+6} |Λ| + (γ_{K+6} + 2 ε_k) β |k| (|k|^T |Λ|)) + ε_d D |Λ'|
+    + 2^-150 |Λ'| + (γ_{K+6} + ε_q) s |q_{t-1}| |do_{t-1}|^T: k enters A_t^T twice (β k (k^T
+    Λ)), an in-kernel normalised k's ε_k on each; token 0 adds no outer product.
+    """
+    K = seq.k.shape[-1]
+    span = slice(blk.start, blk.stop)
+    k, beta = seq.k[:, span], seq.beta[:, span, None]
+    d = c.decays(span)
+    g6 = c.g(K + 6)
+    local = reads.Lam_abs * (g6 * d)
+    local.addcmul_(
+        (beta * k.abs())[..., None] * ((g6 + 2 * c.eps_k) * d), reads.lam_k_mag[:, :, None, :]
+    )
+    if seq.g is not None:
+        local.addcmul_(reads.Lam_p.abs(), c.eps_d[:, span, None, None] * d + c.under_d)
+    first = max(blk.start - 1, 0)
+    q_prev = seq.q[:, first : blk.stop - 1].abs()
+    do_prev = do[:, first : blk.stop - 1].abs()
+    if blk.start == 0:
+        q_prev = torch.cat([torch.zeros_like(seq.q[:, :1]), q_prev], 1)
+        do_prev = torch.cat([torch.zeros_like(do[:, :1]), do_prev], 1)
+    local.addcmul_(((g6 + c.eps_k) * abs(scale)) * q_prev[..., None], do_prev[:, :, None, :])
+    local.add_((K + 8) * units.under)
+    steps = local.mul_(local).sum(2).sqrt()  # [H, n, V]
+    rho = c.rho[:, span, None]
+    errors = []
+    for i in reversed(range(steps.shape[1])):
+        errors.append(F)
+        F = torch.addcmul(steps[:, i], rho[:, i], F)
+    return torch.stack(errors[::-1], 1), F
+
+
+def _block_bounds(
+    seq: DeltaSequence,
+    scale: float,
+    do: torch.Tensor,
+    blk: AdjointBlock,
+    reads: _AdjointReads,
+    E: torch.Tensor,
+    Ep: torch.Tensor,
+    F: torch.Tensor,
+    units: Units,
+    c: _Constants,
+    summed_before: torch.Tensor | None,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The block's gradient bounds and magnitudes (before the L2-norm chain), by input name.
+
+    The module docstring's sums with σ' = max d E_{t-1} + ε_d |S'| + 2^-150 (|S_{t-1}| + 1)
+    expanded, so that each [K, V] matrix is contracted with all its vectors at once.
+    ``summed_before``: with stored corrections, |S_0| + Σ_{j<start} |k_j| |û_j|.
+    """
+    K, V = seq.k.shape[-1], seq.v.shape[-1]
+    g = c.g
+    gated = seq.g is not None
+    span = slice(blk.start, blk.stop)
+    k, v, beta, do = seq.k[:, span], seq.v[:, span], seq.beta[:, span, None], do[:, span]
+    kn, eps_d, max_d = c.k_norm[:, span, None], c.eps_d[:, span, None], c.max_d[:, span, None]
+    Sp_abs, k_abs, do_abs = blk.Sp.abs(), k.abs(), do.abs()
+    Lam_abs, lam_k, lam_k_mag = reads.Lam_abs, reads.lam_k, reads.lam_k_mag
+    lam_k_abs = lam_k.abs()
+
+    e = v - keys_down(blk.Sp, k)
+    e_abs = e.abs()
+    pred_mag = keys_down(Sp_abs, k_abs)  # |S'|^T |k|
+    de = (
+        kn * max_d * Ep
+        + (g(K + 1) + eps_d + c.eps_k) * (v.abs() + pred_mag)
+        + c.under_d * k_abs.sum(-1, keepdim=True)
+    )
+    # |Λ| against e and δe; |S'| against |Λ^T k| (the magnitude), ε_d |Λ^T k| + ||k|| F (σ'
+    # and the adjoint's error) and F (dg's δΛ').
+    lam_e, lam_de = values_down(Lam_abs, e_abs), values_down(Lam_abs, de)
+    Sp_lam_k = values_down(Sp_abs, lam_k_mag)
+    Sp_errors = values_down(Sp_abs, eps_d * lam_k_abs + kn * F)
+    dq_mag = scale * values_down(blk.S.abs(), do_abs)
+    dq_b = scale * (E * do_abs).sum(-1, keepdim=True) + g(V + 2) * dq_mag
+    dv_mag = beta * lam_k_mag
+    dv_b = beta * (kn * F + (g(K + 2) + c.eps_k) * lam_k_mag)
+    db_mag = (lam_k_mag * e_abs).sum(-1)
+    db_b = (kn * F * e_abs + lam_k_mag * de).sum(-1) + (g(K + V + 2) + 2 * c.eps_k) * db_mag
+    dk_mag = beta * (lam_e + Sp_lam_k)
+    # σ' against |Λ^T k|: its rank-one part max d E_{t-1} and its 2^-150 parts.
+    sigma_lam_k = max_d * (Ep * lam_k_abs).sum(-1, keepdim=True)
+    if gated:
+        S_prev_abs = blk.S_prev.abs()
+        sigma_lam_k = sigma_lam_k + c.under_d * (
+            values_down(S_prev_abs, lam_k_abs) + lam_k_abs.sum(-1, keepdim=True)
+        )
+    dk_b = (
+        beta * ((F * e_abs).sum(-1, keepdim=True) + lam_de + sigma_lam_k + Sp_errors)
+        + (g(K + V + 4) + 2 * c.eps_k) * dk_mag
+    )
+    bounds = {"q": (dq_b, dq_mag), "k": (dk_b, dk_mag), "v": (dv_b, dv_mag)}
+    bounds["beta"] = (db_b, db_mag)
+    if gated:
+        # dg_i = Σ_j S'_ij Λ'_ij. Λ' = Λ - β k (k^T Λ) can cancel (β ||k||² = 1): its rounding
+        # scales with the terms |Λ| + β |k| (|k|^T |Λ|); its error δΛ' = F (1 + β |k_i| ||k||).
+        beta_k = beta * k_abs
+        dg_mag = (Sp_abs * Lam_abs).sum(-1) + beta_k * Sp_lam_k
+        Lam_p_abs = reads.Lam_p.abs()
+        sigma_Lam_p = (
+            max_d * values_down(Lam_p_abs, Ep)
+            + eps_d * (Sp_abs * Lam_p_abs).sum(-1)
+            + c.under_d * ((S_prev_abs + 1) * Lam_p_abs).sum(-1)
+        )
+        dg_b = sigma_Lam_p + (1 + beta_k * kn) * values_down(Sp_abs, F) + g(V + K + 4) * dg_mag
+        bounds["g"] = (dg_b, dg_mag)
+    if summed_before is not None:
+        # States recomputed from the stored corrections û_j: each errs by u_I |û_j|, the sum
+        # by γ_{t+2}; dk's partial (Λ e β, from û) and dβ (dv · û) are read back from u_I
+        # storage, and dk's correction reads the stored dv against S_{t-1}.
+        u_I = units.inter
+        terms = (k[..., None] * (blk.S - blk.Sp)).abs().cumsum(1) + summed_before[:, None]
+        counts = torch.arange(blk.start + 2, blk.stop + 2, dtype=E.dtype, device=E.device)
+        gammas = torch.tensor([g(int(t)) for t in counts], dtype=E.dtype, device=E.device)
+        coef = (gammas + u_I)[None, :, None, None]
+        earlier = torch.cat([summed_before[:, None], terms[:, :-1]], 1)
+        dq_b = dq_b + scale * values_down(coef * terms, do_abs)
+        dk_b = (
+            dk_b
+            + 2 * u_I * dk_mag
+            + beta
+            * (
+                values_down(coef * earlier, lam_k_mag)
+                + u_I * values_down(blk.S_prev.abs(), lam_k_mag)
+            )
+        )
+        db_b = db_b + u_I * db_mag
+        bounds.update(q=(dq_b, dq_mag), k=(dk_b, dk_mag), beta=(db_b, db_mag))
+    return bounds
 
 
 def backward_bounds(

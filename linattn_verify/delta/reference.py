@@ -128,6 +128,9 @@ def sequence_groups(
     ]
     for spans in cut:
         parts = [sequence_inputs(problem, *span) for span in spans]
+        if len(parts) == 1:  # no copy: at T = 65,536 one is 200 MB
+            groups.append((spans, parts[0]))
+            continue
         stacked = DeltaSequence(
             q=torch.cat([x.q for x in parts]),
             k=torch.cat([x.k for x in parts]),

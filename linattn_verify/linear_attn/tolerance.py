@@ -69,7 +69,6 @@ its rows contributing nothing to the gradients) whatever the declaration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -77,19 +76,33 @@ import torch
 from linattn_verify.core.bound import Residual, TensorBound, ZeroDenominator
 from linattn_verify.core.judging import bound_on, judging_device
 from linattn_verify.core.placement import moved_to
-from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.errors import InvalidArgument
+from linattn_verify.linear_attn._bounds.assembly import (
+    GRADIENT_NAMES,
+    backward_pieces,
+    charge_packed_scan,
+    charge_returned_state,
+    cotangent_loss,
+    sink,
+    split_final_cotangent,
+    undefined_like,
+)
 from linattn_verify.linear_attn._bounds.dependence import depends_on_rows
 from linattn_verify.linear_attn._bounds.forward import ForwardPieces, forward_sequence
-from linattn_verify.linear_attn._bounds.gradients import Cotangents, backward_sequence
+from linattn_verify.linear_attn._bounds.heads import (
+    Rows,
+    States,
+    head_groups,
+    slice_cotangent,
+    slice_heads,
+)
 from linattn_verify.linear_attn._bounds.terms import (
     DENSE_TOKENS,
     DENSE_VECTOR_TOKENS,
     SequenceTerms,
 )
 from linattn_verify.linear_attn._bounds.units import Units
-from linattn_verify.linear_attn._bounds.vector_gradients import vector_backward_sequence
-from linattn_verify.linear_attn.recipe import PrecisionRecipe, dtype_name
+from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.semantics import Problem
 
 ORACLE_CHUNK = 64
@@ -104,21 +117,22 @@ class ForwardBounds:
     final_state: torch.Tensor | None
     final_key_sum: torch.Tensor | None
     tensors: dict[str, TensorBound] = field(default_factory=dict)
-    # The per-sequence terms `backward_bounds` builds on (so it need not recompute them).
+    # The per-sequence terms `backward_bounds` builds on (so it need not recompute them): one
+    # per head group (`groups`) and sequence, group-major; and the problem as judged (float64).
     pieces: list[ForwardPieces] = field(default_factory=list, repr=False)
+    groups: list[tuple[int, int]] = field(default_factory=list, repr=False)
+    problem: Problem | None = field(default=None, repr=False)
 
 
-def _empty_like_rows(p: Problem, last: int) -> torch.Tensor:
-    B, T, H = p.q.shape[:3]
-    return torch.zeros(B, T, H, last, dtype=torch.float64, device=p.q.device)
+_STATE_KEYS = frozenset({"S_T", "M_S", "B_S", "z_T", "M_z", "B_z"})
+"""Keys of `forward_sequence`'s values that are per sequence ``[H, ...]``, not per token."""
 
 
-def _assemble(p: Problem, pieces: list[torch.Tensor], last: int) -> torch.Tensor:
-    """Stack per-sequence [H, L, X] pieces back into [B, T, H, X]."""
-    if not pieces:
-        return _empty_like_rows(p, last)
-    rows = torch.cat([x.transpose(0, 1) for x in pieces], dim=0)
-    return rows.reshape(*p.q.shape[:3], last)
+def _group_sequences(
+    p: Problem, groups: list[tuple[int, int]]
+) -> list[tuple[tuple[int, int], tuple[int, int, int, int]]]:
+    """(head group, sequence) pairs in the order of `ForwardBounds.pieces`."""
+    return [(group, sequence) for group in groups for sequence in p.sequences()]
 
 
 def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, Units]:
@@ -151,6 +165,7 @@ def forward_bounds(
     zero_denominator: ZeroDenominator = "zero",
     causal_exact: bool = True,
     scan_block: int | None = None,
+    head_group: int | None = None,
 ) -> ForwardBounds:
     """Compute the exact forward result and its error bounds for a kernel following ``recipe``.
 
@@ -174,6 +189,10 @@ def forward_bounds(
             `DENSE_TOKENS` tokens per sequence (`DENSE_VECTOR_TOKENS` under a vector gate), the
             scan with `SCAN_TOKENS` beyond. The
             gradient bounds built on the result evaluate the same way. Default: `None`.
+        head_group: Heads evaluated together (`linattn_verify.linear_attn._bounds.heads`; the
+            results do not depend on it), or `None`: as many as keep one group's
+            ``[H_g, L, K]`` tensors within `GROUP_ELEMENTS`. The gradient bounds built on the
+            result group their heads the same way. Default: `None`.
 
     Returns:
         `ForwardBounds`: the absolute bound tensors (``o`` ``[B, T, H, V]``, ``final_state``
@@ -181,22 +200,50 @@ def forward_bounds(
         `TensorBound` of each (reference values, magnitudes, counts, residual pieces).
     """
     p, units = _prepare(problem, recipe)
-    per_seq: list[dict[str, torch.Tensor]] = []
-    pieces: list[ForwardPieces] = []
-    for n, b, start, end in p.sequences():
-        seq = SequenceTerms(
-            p, recipe, units, n, b, start, end, causal_exact=causal_exact, scan_block=scan_block
-        )
-        values, piece = forward_sequence(seq, p)
-        per_seq.append(values)
-        pieces.append(piece)
+    groups = head_groups(p, head_group)
     V = p.v.shape[-1]
+    out_rows = Rows(p, p.q.device)
+    out_states = States(p.num_sequences, p.q.shape[2])
+    counts: list[torch.Tensor] = []
+    pieces: list[ForwardPieces] = []
+    for h0, h1 in groups:
+        pg = slice_heads(p, h0, h1)
+        for n, b, start, end in pg.sequences():
+            seq = SequenceTerms(
+                pg,
+                recipe,
+                units,
+                n,
+                b,
+                start,
+                end,
+                causal_exact=causal_exact,
+                scan_block=scan_block,
+            )
+            values, piece = forward_sequence(seq, pg)
+            seq.forget_blocks()  # a group's cached weight blocks: O(L·P) each, held by `pieces`
+            seq.release_decays()  # a vector gate's [H*K, L+1] decays, formed again when needed
+            for key, x in values.items():
+                if key == "count_S":
+                    counts.append(x)
+                elif key in _STATE_KEYS:
+                    out_states.put(key, x, n, h0, h1)
+                else:
+                    out_rows.put(key, x, b, start, end, h0, h1)
+            del values
+            # The piece keeps views of the whole tensors, not copies of its own.
+            o_, B_o_, M_N_ = (
+                out_rows.get(key, V)[b, start:end, h0:h1].transpose(0, 1)
+                for key in ("o", "B_o", "M_N" if p.normalize else "M_o")
+            )
+            pieces.append(replace(piece, o=o_, bound_o=B_o_, numerator_magnitude=M_N_))
+            del piece
 
     def rows(key: str, last: int) -> torch.Tensor:
-        return _assemble(p, [d[key] for d in per_seq], last)
+        return out_rows.get(key, last)
 
     def states(key: str) -> torch.Tensor:
-        return torch.stack([d[key] for d in per_seq], dim=0)
+        return out_states.get(key)
 
     o_ref, B_o = rows("o", V), rows("B_o", V)
     verifiable = torch.isfinite(B_o)
@@ -233,7 +280,7 @@ def forward_bounds(
     )
     final_state = final_key_sum = None
     if p.output_final_state:
-        count_S = states("count_S").max()
+        count_S = torch.stack(counts, dim=0).max()
         S_ref, B_S, M_S = states("S_T"), states("B_S"), states("M_S")
         tensors["final_state"] = TensorBound(
             name="final_state",
@@ -271,98 +318,9 @@ def forward_bounds(
         final_key_sum=back(final_key_sum),
         tensors={name: bound_on(b, home) for name, b in tensors.items()},
         pieces=pieces,
+        groups=groups,
+        problem=p,
     )
-
-
-def _charge_packed_scan(p: Problem, per_seq: list[dict[str, torch.Tensor]], u_acc: float) -> None:
-    """Dg of a kernel whose global scan may run over the whole packed row (in place).
-
-    Its cumulative sums of a sequence start from the earlier sequences' total, so each later
-    sequence's dG terms cancel through the earlier sequences' gates in rounding only: dg of a
-    token also holds the rounding of every later sequence's dG (docs/error-model.md §4.1).
-    """
-    if p.g is None or p.cu_seqlens is None or not per_seq:
-        return
-    row_length = p.q.shape[1]
-    later = torch.zeros_like(per_seq[-1]["M_g"][:, 0])  # [H] or [H, K]
-    for values in reversed(per_seq):
-        M_g = values["M_g"]
-        if M_g.shape[1]:
-            values["M_g"] = M_g + later[:, None]
-            values["B_g"] = values["B_g"] + u_acc * row_length * later[:, None]
-            later = later + M_g[:, 0]
-
-
-def charge_returned_state(
-    bounds: Mapping[str, TensorBound], final_state_dtype: str, dtype: torch.dtype
-) -> dict[str, TensorBound]:
-    """``bounds`` with the rounding of a state returned in the input dtype charged.
-
-    A kernel that returns its state in the input dtype (``final_state_dtype="input"``: FLA's
-    normalized ``linear_attn`` returns z_T so) rounds each element once more: u_in (|S| + B)
-    plus half the format's smallest subnormal (docs/error-model.md §2.2). Every tensor but the
-    returned states (``final_state``, ``final_key_sum``) is returned as it is.
-    """
-    charged = dict(bounds)
-    name = dtype_name(dtype)
-    if final_state_dtype != "input" or name in ("float32", "float64"):
-        return charged
-    info = torch.finfo(dtype)
-    unit, tiny = UNIT_ROUNDOFF[name], info.smallest_normal * info.eps / 2
-    for key in ("final_state", "final_key_sum"):
-        tb = charged.get(key)
-        if tb is not None:
-            charged[key] = replace(
-                tb, bound=tb.bound + unit * (tb.reference.abs() + tb.bound) + tiny
-            )
-    return charged
-
-
-GRADIENT_NAMES = ("q", "k", "v", "g", "initial_state", "initial_key_sum")
-"""Keys of the gradient dictionaries: d/dq, d/dk, d/dv, d/dg, d/dS_0, d/dz_0."""
-
-
-def _split_final_cotangent(
-    d_final_state: object, p: Problem
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    if d_final_state is None:
-        return None, None
-    N, H, K, V = p.num_sequences, p.q.shape[2], p.feature_dim, p.v.shape[-1]
-    if p.normalize:
-        if not (isinstance(d_final_state, tuple | list) and len(d_final_state) == 2):
-            raise InvalidArgument(
-                "Expected d_final_state to be a pair (dS_T [N, H, K, V], dz_T [N, H, K]) for a "
-                f"normalized problem but got {type(d_final_state).__name__}."
-            )
-        dS, dz = d_final_state
-    else:
-        dS, dz = d_final_state, None
-    for name, t, shape in (("d_final_state", dS, (N, H, K, V)), ("d_final_key_sum", dz, (N, H, K))):
-        if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) != shape):
-            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise InvalidArgument(f"Expected {name} of shape {shape} but got {got}.")
-    return (
-        None if dS is None else dS.to(torch.float64),
-        None if dz is None else dz.to(torch.float64),
-    )
-
-
-def cotangent_loss(
-    o: torch.Tensor, final_state: object, do: torch.Tensor, d_final_state: object = None
-) -> torch.Tensor:
-    """Return <o, do> + <S_T, dS_T> + <z_T, dz_T> in float32 or better (missing parts are 0).
-
-    Its gradient is the vector-Jacobian product the backward bounds describe. ``final_state`` and
-    ``d_final_state`` are `None`, S_T / dS_T, or the pairs (S_T, z_T) / (dS_T, dz_T).
-    """
-    dtype = torch.promote_types(o.dtype, torch.float32)
-    loss = (o.to(dtype) * do.to(dtype)).sum()
-    finals = final_state if isinstance(final_state, tuple | list) else (final_state,)
-    cotangents = d_final_state if isinstance(d_final_state, tuple | list) else (d_final_state,)
-    for x, d in zip(finals, cotangents, strict=False):
-        if isinstance(x, torch.Tensor) and isinstance(d, torch.Tensor):
-            loss = loss + (x.to(dtype) * d.to(device=x.device, dtype=dtype)).sum()
-    return loss
 
 
 def reference_gradients(
@@ -380,8 +338,12 @@ def reference_gradients(
     from linattn_verify.linear_attn.oracles.parallel import parallel_reference
 
     p = problem.to(torch.float64)
-    _split_final_cotangent(d_final_state, p)  # validates the cotangent's layout
-    p, leaves = replace(p, output_final_state=True).with_grad_leaves()
+    split_final_cotangent(d_final_state, p)  # validates the cotangent's layout
+    p = replace(p, output_final_state=True)
+    # Fresh autograd leaves sharing the inputs' storage (nothing writes them): the problem is
+    # not copied (`Problem.with_grad_leaves` clones, [B, T, H, K] float64 per input).
+    leaves = {name: t.detach().requires_grad_(True) for name, t in p.inputs().items()}
+    p = p.with_tensors(**leaves)
     longest = max((end - start for _, _, start, end in p.sequences()), default=0)
     with torch.enable_grad():
         if longest <= (DENSE_VECTOR_TOKENS if p.vector_gate else DENSE_TOKENS):
@@ -435,8 +397,7 @@ def backward_bounds(
         got = tuple(do.shape) if isinstance(do, torch.Tensor) else type(do).__name__
         raise InvalidArgument(f"Expected do of shape {tuple(problem.v.shape)} but got {got}.")
     fb = forward or forward_bounds(problem, recipe, causal_exact=causal_exact)
-    pieces = fb.pieces
-    p, units = _prepare(problem, recipe)
+    p, units = _judged(problem, recipe, fb)
     judge = p.q.device
     do, d_final_state = do.to(judge), moved_to(d_final_state, judge)
     o_residual = fb.tensors["o"].residual
@@ -449,26 +410,54 @@ def backward_bounds(
             whole_sequence=zero_denominator != "zero",
         )
     )
-    # p is the problem as the kernel sees it, in float64 on the judging device.
-    refs = reference_gradients(p, do, d_final_state)
+    split_final_cotangent(d_final_state, p)  # validates the cotangent's layout
     K, V = p.q.shape[3], p.v.shape[-1]
-    per_seq = _backward_pieces(p, pieces, do, d_final_state)
-    if not causal_exact and recipe.decay_scan == "global":
-        _charge_packed_scan(p, per_seq, units.acc)
+    layout = {"q": K, "k": K, "v": V, "g": K if p.vector_gate else None}
+    refs: dict[str, torch.Tensor] = {}
+    out_rows = Rows(p, judge)
+    out_states = States(p.num_sequences, p.q.shape[2])
+    counts: list[torch.Tensor] = []
+    # One head group at a time (`_bounds.heads`), each written into the whole problem's tensors
+    # before the next group's intermediates are formed: first every group's reference gradients
+    # (p is the problem as the kernel sees it, in float64 on the judging device), so that the
+    # autograd graph never meets the bounds' outputs, then every group's bounds.
+    for h0, h1 in fb.groups or [(0, p.q.shape[2])]:
+        dfs = slice_cotangent(d_final_state, h0, h1)
+        grads = reference_gradients(slice_heads(p, h0, h1), do.narrow(2, h0, h1 - h0), dfs)
+        for name in list(grads):
+            ref = grads.pop(name)
+            head_dim = 1 if name in ("initial_state", "initial_key_sum") else 2
+            if name not in refs:
+                whole = list(ref.shape)
+                whole[head_dim] = p.q.shape[2]
+                refs[name] = ref.new_zeros(whole)
+            refs[name].narrow(head_dim, h0, h1 - h0).copy_(ref)
+            del ref
+    for (h0, h1), group in _by_group(fb):
+        pg = slice_heads(p, h0, h1)
+        dfs = slice_cotangent(d_final_state, h0, h1)
+        do_g = do.narrow(2, h0, h1 - h0)
+        sinks = [
+            sink(out_rows, out_states, counts, n, b, start, end, h0, h1)
+            for n, b, start, end in pg.sequences()
+        ]
+        backward_pieces(pg, group, do_g, dfs, sinks)
+        if not causal_exact and recipe.decay_scan == "global" and p.g is not None:
+            width = K if p.vector_gate else 1
+            M_g, B_g = out_rows.get("M_g", width), out_rows.get("B_g", width)
+            charge_packed_scan(pg, M_g, B_g, h0, h1, units.acc)
+        for piece in group:
+            piece.seq.forget_blocks()
+            piece.seq.release_decays()
 
     def rows(key: str, last: int | None) -> torch.Tensor:
-        pieces_ = [d[key] if last is not None else d[key][..., None] for d in per_seq]
-        x = _assemble(p, pieces_, last or 1)
+        x = out_rows.get(key, last or 1)
         return x if last is not None else x[..., 0]
 
-    def states(key: str) -> torch.Tensor:
-        return torch.stack([d[key] for d in per_seq], dim=0)
-
-    count = states("count").max()
+    count = torch.stack(counts, dim=0).max()
     input_out = units.out
     result: dict[str, TensorBound] = {}
     # dg is [B, T, H] for a scalar gate and [B, T, H, K] for a vector one (per dimension).
-    layout = {"q": K, "k": K, "v": V, "g": K if p.vector_gate else None}
     for name, ref in refs.items():
         if name in layout:
             last = layout[name]
@@ -480,15 +469,16 @@ def backward_bounds(
             dtype = problem.g.dtype if name == "g" and problem.g is not None else problem.q.dtype
         else:
             key = "S0" if name == "initial_state" else "z0"
-            M, B = states("M_" + key), states("B_" + key)
-            bad = states("bad_S0")
+            M, B = out_states.get("M_" + key), out_states.get("B_" + key)
+            bad = out_states.get("bad_S0")
             bad = bad.reshape(*bad.shape, *([1] * (M.ndim - bad.ndim))).expand_as(M)
             source = problem.initial_state if name == "initial_state" else problem.initial_key_sum
             dtype = source.dtype if source is not None else torch.float32
         out_unit = input_out if dtype == problem.q.dtype else Units.of(recipe, dtype).out
         out_units = Units.of(recipe, dtype)
         tiny = out_units.out_abs + units.underflow * count * (p.q.shape[1] + 1) * (K + V)
-        B = B + out_unit * ref.abs() + tiny
+        # In place on the whole tensors (each is this gradient's alone): B + u|ref| + tiny.
+        B.add_(out_unit * ref.abs()).add_(tiny)
         # Where the float64 reference itself left the float64 range (docs/error-model.md §6.3) it
         # certifies nothing: count the element as unverifiable rather than skip it silently. So
         # does a bound that is not finite: NaN from 1/|Z| = inf for a float64-subnormal
@@ -498,34 +488,30 @@ def backward_bounds(
         result[name] = TensorBound(
             name="d" + name,
             reference=ref,
-            bound=torch.where(bad, torch.inf, B),
+            bound=B.masked_fill_(bad, torch.inf),
             magnitude=M,
             count=count.expand_as(ref),
             unit=units.acc,
             verifiable=~bad,
-            undefined=_undefined_like(undefined.get(name), ref),
+            undefined=undefined_like(undefined.get(name), ref),
             zero_denominator=zero_denominator,
         )
     return {name: bound_on(b, problem.q.device) for name, b in result.items()}
 
 
-def _backward_pieces(
-    p: Problem, pieces: list[ForwardPieces], do: torch.Tensor, d_final_state: object
-) -> list[dict[str, torch.Tensor]]:
-    """The gradient terms of each sequence (`backward_sequence`), from its forward pieces."""
-    dS, dz = _split_final_cotangent(d_final_state, p)
-    do64 = do.to(torch.float64)
-    H, F, V = p.q.shape[2], p.feature_dim, p.v.shape[-1]
-    backward = vector_backward_sequence if p.vector_gate else backward_sequence
-    per_seq = []
-    for piece, (n, b, start, end) in zip(pieces, p.sequences(), strict=True):
-        ct = Cotangents(
-            do=do64[b, start:end].transpose(0, 1),
-            dS=dS[n] if dS is not None else do64.new_zeros(H, F, V),
-            dz=dz[n] if dz is not None else do64.new_zeros(H, F),
-        )
-        per_seq.append(backward(piece, ct, p.normalize))
-    return per_seq
+def _judged(problem: Problem, recipe: PrecisionRecipe, fb: ForwardBounds) -> tuple[Problem, Units]:
+    """The problem as judged, float64 (`_prepare`): the forward's own where it kept it."""
+    p = fb.problem
+    if p is None or p.eps != recipe.effective_eps(problem.eps) or p.shape != problem.shape:
+        return _prepare(problem, recipe)
+    return p, Units.of(recipe, problem.q.dtype)
+
+
+def _by_group(fb: ForwardBounds) -> list[tuple[tuple[int, int], list[ForwardPieces]]]:
+    """The forward's pieces by head group (`ForwardBounds.groups`), each group's in order."""
+    groups = fb.groups or [(0, fb.o.shape[2])]
+    per = len(fb.pieces) // len(groups)
+    return [(group, fb.pieces[i * per : (i + 1) * per]) for i, group in enumerate(groups)]
 
 
 def overflow_elements(
@@ -550,29 +536,31 @@ def overflow_elements(
         return {}
     fb = forward_bounds(problem, recipe, causal_exact=causal_exact)
     B, T, H, _, V = p.shape
-    rows = _assemble(p, [piece.overflow[..., None].double() for piece in fb.pieces], 1)
-    masks = {"o": (rows > 0).expand(B, T, H, V)}
+    rows, ends = Rows(p, p.q.device), States(p.num_sequences, H)
+    for ((h0, h1), (n, b, start, stop)), piece in zip(
+        _group_sequences(p, fb.groups), fb.pieces, strict=True
+    ):
+        rows.put("overflow", piece.overflow, b, start, stop, h0, h1)
+        ends.put("end", piece.end_overflow, n, h0, h1)
+    masks = {"o": (rows.get("overflow", 1) > 0).expand(B, T, H, V)}
     F, N = p.feature_dim, p.num_sequences
-    end = torch.stack([piece.end_overflow for piece in fb.pieces], 0)  # [N, H]
+    end = ends.get("end")  # [N, H]
     masks["final_state"] = end[..., None, None].expand(N, H, F, V)
     if p.normalize:
         masks["final_key_sum"] = end[..., None].expand(N, H, F)
     if cotangents is None:
         return masks
-    per_seq = _backward_pieces(p, fb.pieces, cotangents[0], cotangents[1])
-    marked = torch.zeros(B, T, H, dtype=torch.bool, device=rows.device)
-    for values, (_, b, start, stop) in zip(per_seq, p.sequences(), strict=True):
-        marked[b, start:stop] = values["overflow_heads"]
+    marked = torch.zeros(B, T, H, dtype=torch.bool, device=p.q.device)
+    do = cotangents[0].to(p.q.device)
+    for (h0, h1), group in _by_group(fb):
+        pg = slice_heads(p, h0, h1)
+        dfs = slice_cotangent(moved_to(cotangents[1], p.q.device), h0, h1)
+        per_seq = backward_pieces(pg, group, do.narrow(2, h0, h1 - h0), dfs)
+        for values, (_, b, start, stop) in zip(per_seq, pg.sequences(), strict=True):
+            marked[b, start:stop, h0:h1] = values["overflow_heads"]
     spread = depends_on_rows(p, marked, whole_sequence=True)
     masks.update({"d" + name: mask for name, mask in spread.items()})
     return masks
-
-
-def _undefined_like(mask: torch.Tensor | None, ref: torch.Tensor) -> torch.Tensor | None:
-    """``mask`` broadcast to ``ref``'s shape: a vector gate's dg_j is undefined in every dim."""
-    if mask is None or mask.shape == ref.shape:
-        return mask
-    return mask[..., None].expand_as(ref)
 
 
 __all__ = [

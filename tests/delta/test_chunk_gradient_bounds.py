@@ -19,9 +19,12 @@ import pytest
 import torch
 
 from linattn_verify.core.loading import import_file
+from linattn_verify.delta import chunk_backward as cb
 from linattn_verify.delta import chunk_gradient_bounds as cgb
-from linattn_verify.delta.gradient_assembly import reference_gradients
+from linattn_verify.delta.bounds import Units, contraction
+from linattn_verify.delta.gradient_assembly import l2norm_chain, reference_gradients
 from linattn_verify.delta.gradient_bounds import backward_bounds
+from linattn_verify.delta.inverse import inverse_kind
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.delta.reference import sequence_inputs
@@ -197,3 +200,168 @@ def test_fp16_inverse_declared_is_within_bound() -> None:
     for name in ("scalar", "no_gate", "near_parallel"):
         ratios = worst_ratios(bug, CASES[name].build(), recipe)
         assert max(ratios.values()) <= 1.0, (name, ratios)
+
+
+def chunk_by_chunk(
+    seq: Any,
+    raw_q: torch.Tensor,
+    raw_k: torch.Tensor,
+    do: torch.Tensor,
+    dS: torch.Tensor,
+    scale: float,
+    units: Any,
+    C: int,
+    l2norm_qk: bool,
+    floors: tuple[float, float, float],
+    inverse: Any,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """`_sequence` as the module docstring states it, one chunk at a time (no batching).
+
+    Every chunk is evaluated on its own: exactly, then the magnitudes' jvp along the model's
+    errors and along the carried column errors E and F⁺, as separate calls.
+    """
+    H, L, K = seq.q.shape
+    V = seq.v.shape[-1]
+    eps_k = units.l2norm(K, l2norm_qk)
+    rho = contraction(seq.beta, seq.k, seq.g)
+    counts = cgb.rounding_counts
+
+    def kappa(c: int) -> dict[str, float]:
+        return {n: units.gamma(m) + 16 * units.op for n, m in counts(K, V, c).items()}
+
+    def tangents(x: Any, M: torch.Tensor, nodes: Any) -> tuple[torch.Tensor, ...]:
+        return cgb.model_tangents(
+            x,
+            M,
+            nodes,
+            units=units,
+            eps_k=eps_k,
+            floors=floors,
+            inverse=inverse,
+            gated=seq.g is not None,
+        )
+
+    spans = [(s, min(s + C, L)) for s in range(0, L, C)]
+    S, E, states = seq.S0, torch.zeros(H, V, dtype=torch.float64), []
+    for s, e in spans:
+        x, M = cb.chunk_inputs(seq, s, e, S, torch.zeros_like(S), do[:, s:e], inverse=inverse)
+        states.append((S, E))
+        nodes = cb.evaluate(x, scale, magnitude=False)(*x.primitives())
+        mag, lin = cb.jvp(
+            cb.evaluate(x, scale, magnitude=True), cgb.abs_primals(x, M), tangents(x, M, nodes)
+        )
+        local = kappa(e - s)["S_next"] * mag["S_next"] + lin["S_next"]
+        E = rho[:, s:e].prod(-1)[:, None] * E + local.norm(dim=1)
+        S = nodes["S_next"]
+    Lam, F = dS, torch.zeros(H, V, dtype=torch.float64)
+    out: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+    for (s, e), (S, E) in reversed(list(zip(spans, states, strict=True))):
+        x, M = cb.chunk_inputs(seq, s, e, S, Lam, do[:, s:e], inverse=inverse)
+        nodes = cb.evaluate(x, scale, magnitude=False)(*x.primitives())
+        f_abs = cb.evaluate(x, scale, magnitude=True)
+        primals = cgb.abs_primals(x, M)
+        mag, lin = cb.jvp(f_abs, primals, tangents(x, M, nodes))
+        dirs = [torch.zeros_like(p) for p in primals]
+        dirs[cgb.STATE] = E[:, None, :].expand(H, K, V).clone()
+        dirs[cgb.ADJOINT] = F[:, None, :].expand(H, K, V).clone()
+        _, carried = cb.jvp(f_abs, primals, tuple(dirs))
+        for n in ("q", "k", "v", "beta", "g"):
+            bound = kappa(e - s)[n] * mag[n] + lin[n] + carried[n]
+            magnitude = mag[n]
+            if n in ("q", "k") and l2norm_qk:
+                raw = (raw_q if n == "q" else raw_k)[:, s:e]
+                bound, magnitude = l2norm_chain(raw, getattr(x, n), bound, magnitude, units, eps_k)
+            out.setdefault(n, []).insert(0, (bound, magnitude))
+        local = kappa(e - s)["Lam_in"] * mag["Lam_in"] + lin["Lam_in"]
+        F = rho[:, s:e].prod(-1)[:, None] * F + local.norm(dim=1)
+        Lam = nodes["Lam_in"]
+    result = {
+        n: (torch.cat([b for b, _ in p], 1), torch.cat([m for _, m in p], 1))
+        for n, p in out.items()
+    }
+    result["initial_state"] = (F[:, None, :].expand(H, K, V).clone(), Lam.abs())
+    return result
+
+
+BATCHED = {
+    # name: (case overrides, recipe overrides, causal_exact)
+    "scalar_tail": ({"T": 45}, {}, True),
+    "no_gate_exact_multiple": ({"T": 48, "gate": "none", "gate_family": "none"}, {}, True),
+    "vector_l2norm": (
+        {"T": 37, "gate": "vector", "key_family": "raw", "l2norm_qk": True},
+        {},
+        True,
+    ),
+    "pivoting": ({"T": 41, "beta_family": "near_two", "negative_eigenvalues": True}, {}, False),
+    "products": ({"T": 40, "key_family": "near_parallel"}, {"inverse_method": "products"}, True),
+    "stored_bf16": (
+        {"T": 50, "dtype": "bfloat16"},
+        {"intermediate_dtype": "bfloat16", "inverse_dtype": "float16", "state_dtype": "bfloat16"},
+        True,
+    ),
+    "shorter_than_a_chunk": ({"T": 5, "gate": "vector"}, {"tf32": True}, True),
+    "steep_no_state": ({"T": 33, "gate_family": "steep", "initial_state": False}, {}, True),
+    "one_head_l2norm": ({"T": 35, "H": 1, "key_family": "raw", "l2norm_qk": True}, {}, True),
+}
+
+
+@pytest.mark.parametrize("name", list(BATCHED))
+def test_batched_sequence_equals_chunk_by_chunk(name: str) -> None:
+    """`_sequence` on batches of chunks (one, two, all at once) is the chunk-by-chunk bound.
+
+    The batched passes run the exact states and adjoints, the jvps and the column errors on
+    chunks folded into the heads axis: a chunk taken for another, a state or an error one chunk
+    off, or a lost tail chunk changes bounds here by far more than rounding.
+    """
+    overrides, recipe_overrides, causal = BATCHED[name]
+    problem = case(**overrides).build()
+    recipe = DeltaRecipe(form="chunk", chunk_size=8, **recipe_overrides)
+    p = problem.to(torch.float64)
+    L = problem.shape[1]
+    seq = sequence_inputs(p, 0, 0, 0, L)
+    raw_q, raw_k = p.q[0].transpose(0, 1), p.k[0].transpose(0, 1)
+    gen = torch.Generator().manual_seed(7)
+    do = torch.randn(*seq.v.shape, generator=gen, dtype=torch.float64)
+    dS = torch.randn(*seq.S0.shape, generator=gen, dtype=torch.float64)
+    units = Units.of(recipe, problem.q.dtype)
+    args = (seq, raw_q, raw_k, do, dS, p.scale, units, 8, problem.l2norm_qk)
+    floors = cgb.storage_floors(recipe, problem.q.dtype)
+    inverse = inverse_kind(recipe, causal_exact=causal)
+    expected = chunk_by_chunk(*args, floors, inverse)
+    H, K = seq.q.shape[0], seq.q.shape[-1]
+    per_chunk = 8 * 8 * (K if overrides.get("gate") == "vector" else 1)
+    for chunks in (1, 2, 1000):
+        got = cgb._sequence(*args, floors, inverse, group_elements=chunks * H * per_chunk)
+        assert got.keys() == expected.keys()
+        for n, (bound, magnitude) in expected.items():
+            torch.testing.assert_close(got[n][0], bound, rtol=1e-12, atol=0, msg=f"{n} {chunks}")
+            torch.testing.assert_close(got[n][1], magnitude, rtol=1e-12, atol=0)
+
+
+def test_exact_passes_are_the_chunk_recurrences() -> None:
+    """`chunk_states` and `chunk_adjoints` give `chunk_backward`'s S_next and Lam_in, to the bit."""
+    problem = case(gate="vector", T=40).build()
+    p = problem.to(torch.float64)
+    seq = sequence_inputs(p, 0, 0, 0, 40)
+    gen = torch.Generator().manual_seed(3)
+    do = torch.randn(*seq.v.shape, generator=gen, dtype=torch.float64)
+    Lam = torch.randn(*seq.S0.shape, generator=gen, dtype=torch.float64)
+    H, C = seq.q.shape[0], 8
+    x, _ = cb.chunk_inputs(seq, 0, 40, seq.S0, seq.S0, do, chunks=5)
+    states, S_out = cb.chunk_states(x, seq.S0)
+    adjoints, Lam_in = cb.chunk_adjoints(x, Lam, p.scale)
+    S, expected_states = seq.S0, []
+    for s in range(0, 40, C):
+        one, _ = cb.chunk_inputs(seq, s, s + C, S, Lam, do[:, s : s + C])
+        expected_states.append(S)
+        S = cb.evaluate(one, p.scale, magnitude=False)(*one.primitives())["S_next"]
+    assert torch.equal(states.reshape(H, 5, *S.shape[1:]), torch.stack(expected_states, 1))
+    assert torch.equal(S_out, S)
+    expected_adjoints = []
+    for j, s in reversed(list(enumerate(range(0, 40, C)))):
+        state = expected_states[j]
+        one, _ = cb.chunk_inputs(seq, s, s + C, state, Lam, do[:, s : s + C])
+        expected_adjoints.insert(0, Lam)
+        Lam = cb.evaluate(one, p.scale, magnitude=False)(*one.primitives())["Lam_in"]
+    assert torch.equal(adjoints.reshape(H, 5, *Lam.shape[1:]), torch.stack(expected_adjoints, 1))
+    assert torch.equal(Lam_in, Lam)

@@ -19,7 +19,7 @@ import torch
 from linattn_properties.delta import delta_catalogue
 
 from linattn_verify.core.loading import import_file
-from linattn_verify.delta.bounds import inverse_magnitude
+from linattn_verify.delta.inverse import inverse_magnitude
 from linattn_verify.delta.kernel import DeltaCapabilities, DeltaKernel, DeltaRecipe
 from linattn_verify.delta.reference import forward_substitution_inverse
 from linattn_verify.delta.strategies import DeltaCase

@@ -274,3 +274,34 @@ def test_pairs_refuse_what_they_cannot_represent() -> None:
         X[..., 2]
     with pytest.raises(ValueError, match="last two"):
         X.transpose(0, 1)
+
+
+@pytest.mark.parametrize(
+    ("gate", "normalize", "varlen", "block"),
+    [("scalar", False, True, None), ("vector", True, False, 4), ("none", True, True, 4)],
+)
+def test_heads_in_groups_equal_all_heads_at_once(
+    gate: str, normalize: bool, varlen: bool, block: int | None
+) -> None:
+    """`_bounds.heads`: each head alone (or the scan) gives the bounds of all heads together.
+
+    Only the batched arithmetic over heads differs, so the references agree to rounding
+    relative to their magnitudes and the non-negative bounds to rounding elementwise.
+    """
+    p: Any = _problem(13, gate=gate, normalize=normalize, initial=True, varlen=varlen)
+    recipe = PrecisionRecipe(form="chunk", chunk_size=4)
+    whole = forward_bounds(p, recipe, scan_block=block)
+    single = forward_bounds(p, recipe, scan_block=block, head_group=1)
+    assert len(single.groups) == 2
+    assert len(whole.groups) == 1
+    _assert_equal_bounds(whole.tensors, single.tensors)
+    gen = torch.Generator().manual_seed(3)
+    do = torch.randn(p.v.shape, generator=gen)
+    dS = torch.randn(p.num_sequences, 2, p.feature_dim, 5, generator=gen)
+    final = (dS, torch.randn(p.num_sequences, 2, p.feature_dim, generator=gen)) if normalize else dS
+    _assert_equal_bounds(
+        *(
+            backward_bounds(p, recipe, do=do, d_final_state=final, forward=fb)
+            for fb in (whole, single)
+        )
+    )

@@ -20,7 +20,7 @@ class ForwardPieces:
     seq: SequenceTerms
     Z: torch.Tensor  # [H, L, 1] (ones when unnormalized)
     B_Z: torch.Tensor  # [H, L, 1] (zeros when unnormalized)
-    B_o: torch.Tensor  # [H, L, V] forward bound of o (0 where unverifiable: see `bad`)
+    bound_o: torch.Tensor  # [H, L, V] forward bound of o (inf where unverifiable: see `bad`)
     o: torch.Tensor  # [H, L, V]
     bad: torch.Tensor  # [H, L] rows with an unverifiable denominator (or an overflow)
     # Where the kernel's 16-bit arithmetic may overflow (`_bounds.overflow`): rows [H, L], and
@@ -28,6 +28,11 @@ class ForwardPieces:
     overflow: torch.Tensor
     end_overflow: torch.Tensor
     numerator_magnitude: torch.Tensor  # [H, L, V]: M^N, the output's magnitude unnormalized
+
+    @property
+    def B_o(self) -> torch.Tensor:
+        """The forward bound of o ``[H, L, V]``, 0 where unverifiable (formed on each call)."""
+        return torch.where(self.bad[..., None], 0.0, self.bound_o)
 
 
 def scalar_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
@@ -202,7 +207,7 @@ def forward_sequence(
         seq=seq,
         Z=Z_rows,
         B_Z=B_Z_rows,
-        B_o=torch.where(bad[..., None], 0.0, B_o),
+        bound_o=B_o,
         o=o,
         bad=bad,
         overflow=overflow,

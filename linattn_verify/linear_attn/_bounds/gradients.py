@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -10,7 +11,9 @@ import torch
 
 from linattn_verify.linear_attn._bounds import lifted
 from linattn_verify.linear_attn._bounds.forward import ForwardPieces
+from linattn_verify.linear_attn._bounds.lost import LostCharges, at_least_one, known_zero
 from linattn_verify.linear_attn._bounds.overflow import backward_overflow
+from linattn_verify.linear_attn._bounds.pairwise import PairMatrix
 from linattn_verify.linear_attn._bounds.terms import SequenceTerms
 from linattn_verify.linear_attn._bounds.units import Units
 
@@ -24,14 +27,29 @@ class Cotangents:
     dz: torch.Tensor
 
 
-def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict[str, torch.Tensor]:
-    """Magnitudes, bounds and unverifiable masks of the gradients of one sequence."""
+Put = Callable[[str, torch.Tensor], None]
+"""Where a gradient's piece goes: ``put(key, value)`` (`backward_sequence`'s keys)."""
+
+
+def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, put: Put) -> None:
+    """Magnitudes, bounds and unverifiable masks of the gradients of one sequence.
+
+    Each is handed to ``put`` as soon as it is formed: ``M_x``, ``B_x`` for x in q, k, v
+    (``[H, L, K|V]``), g (``[H, L]``), S0 (``[H, K, V]``) and z0 (``[H, K]``); then the masks
+    ``bad_q``, ``bad_k``, ``bad_v``, ``bad_g`` (``[H, L]``), ``bad_S0`` (``[H]``), ``count``
+    and ``overflow_heads``. Cost: a few block scans over the pairs per gradient, O(L) time.
+    Memory: the gradients are formed one after another (dφ(q), dφ(k), dv, the initial state,
+    dg), each one's contractions freed once it is written: about a dozen ``[H, L, K]`` float64
+    tensors at a time besides the sequence's own.
+    """
     seq, u = f.seq, f.seq.units
-    s = seq.scale
-    qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
-    S0a, z0a = seq.S0.abs(), seq.z0.abs()
-    doa, dSa, dza = ct.do.abs(), ct.dS.abs(), ct.dz.abs()
+    s, V = seq.scale, seq.V
     nz = float(normalize)
+    qa, ka, va, doa = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs(), ct.do.abs()
+    S0a, z0a = seq.S0.abs(), seq.z0.abs()
+    dSa, dza = ct.dS.abs(), ct.dz.abs()
+    # An exact feature map's errors are zero: their contractions are skipped (adding 0).
+    exact_q, exact_k = known_zero(seq.q_err), known_zero(seq.k_err)
     good = ~f.bad[..., None]  # [H, L, 1]
     zeta = torch.where(f.Z == 0, 1.0, 1.0 / f.Z.abs())  # [H, L, 1]
     e_Z = torch.where(good & (f.Z != 0), f.B_Z * zeta, 0.0)  # relative error of the kernel's Z
@@ -40,7 +58,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     delta_err_raw = (doa * f.B_o).sum(-1) * nz  # error of δ_t from the kernel's ô, [H, L]
     delta_err = delta_err_raw * zeta[..., 0]
     R = (seq.outer(doa, va) + do_o[..., None]) * zeta  # |dP_tj|, [H, L, L]
-    R0 = (doa @ S0a.transpose(-1, -2) + do_o[..., None] * z0a[:, None, :]) * zeta  # [H, L, K]
+    R0 = initial_share(seq, doa, do_o, zeta)  # [H, L, K]
     count = seq.dot_length + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
     Ub = u.acc * count + seq.eps_w + u.per_term + e_Z  # [H, L, L+1]
     Ub0, Ub_tok = Ub[..., 0], Ub[..., 1:]
@@ -48,250 +66,285 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool) -> dict
     wE0, wE = seq.W_end[:, 0], seq.W_end[:, 1:]  # [H], [H, L]
     U_S = u.acc * (seq.acc_state + seq.V + 4) + seq.eps_w_end + u.per_term  # [H, L+1]
     US0, US = U_S[:, 0], U_S[:, 1:]
-    absA = seq.outer(qa, ka)
-    # φ errors, and underflow inside the K-dot, as absolute errors of A_tj (as in the forward):
-    # an underflowed A_tj is later divided by a possibly tiny Z_t, so it must enter before ζ.
-    Ephi = seq.outer(seq.q_err, ka) + seq.outer(qa, seq.k_err)
-    Ephi = Ephi + u.underflow * (seq.dot_length + 2)
-    WR = W_tok * R
-    # Underflow in do_t·v_j is likewise absolute before the division by Z_t; so are the quotient
+    # Decay weights that underflow: their absolute errors W^abs (`SequenceTerms.W_abs`) stand
+    # in for the weights in each term, as one more term of every bound.
+    Wa, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]
+    WEa = seq.W_end_abs[:, 1:]
+    WR, WaR = W_tok * R, Wa * R
+    # Underflow in do_t·v_j is absolute before the division by Z_t; so are the quotient
     # adjoints' below the division dtype's normal range.
     dot_underflow = u.underflow * (seq.V + 2) * zeta
     adj = adjoint_errors(f, zeta, normalize)
-    out: dict[str, torch.Tensor] = {}
-    # The contractions over pairs, each once (a row factor such as ζ_t rides on the vector it
-    # multiplies): over keys j <= t for dφ(q), over rows t >= j for dφ(k) and dv. dG pairs them
-    # with q̃_t and k̃_t: Σ_j w_tj |A_tj| R_tj = |q̃_t|·(Σ_j w_tj R_tj |k̃_j|), and so on.
-    K = ka.shape[-1]
-    WR_k = WR @ torch.cat([ka, seq.k_err, torch.ones_like(ka[..., :1])], -1)
-    WR_ka, WR_kerr, WR_rows = WR_k[..., :K], WR_k[..., K : 2 * K], WR_k[..., -1]
-    WR_q = WR.transpose(-1, -2) @ torch.cat([qa, seq.q_err, torch.ones_like(qa[..., :1])], -1)
-    WR_qa, WR_qerr, WR_cols = WR_q[..., :K], WR_q[..., K : 2 * K], WR_q[..., -1]
     # The relative-error part of |dP| (counts, weights, e_Z), δ_t's error and the adjoints'.
     core = W_tok * (Ub_tok * R + delta_err[..., None] + adj.P)
+    lost = LostCharges(f, ct.do, ct.dS, ct.dz, zeta)
+    # φ errors and underflow inside the K-dot, absolute errors of A_tj (before ζ), as dG's c_E.
+    c_E = u.underflow * (seq.dot_length + 2)
+    maxima: dict[str, torch.Tensor] = {}
+    emit = emitter(put, maxima)
+
+    # dG_t = q̃_t·dq̃_t - k̃_t·dk̃_t (+ the final-state pairing at t = L); dg = reverse cumsum.
+    # Its pair terms Q_tj = s w_tj |A_tj| R_tj, summed over j (rows) and over t (columns), and
+    # their errors, come from the contractions of dφ(q) and dφ(k): Σ_j w_tj |A_tj| R_tj =
+    # |q̃_t|·(Σ_j w_tj R_tj |k̃_j|). Collected as [H, L] sums while those are alive.
+    # dφ(q): contractions over keys j <= t (a row factor such as ζ_t rides on its vector).
+    # Each stage forms its lost-intermediate charge first, while little else is alive.
+    C_dqf = lost.dq()
+    WR_ka, WR_kerr, WR_rows = _contract(WR, ka, None if exact_k else seq.k_err)
     core_ka = core @ ka
-    core_qa = core.transpose(-1, -2) @ qa
-    # dφ(q) and dφ(k).
     M_dqf = s * (WR_ka + w0[..., None] * R0)
     B_dqf = s * (
         core_ka
         + dot_underflow * (W_tok @ ka)
-        + WR_kerr
+        + (0.0 if WR_kerr is None else WR_kerr)
         + (Ub0 * w0)[..., None] * R0
         + (w0 * delta_err)[..., None] * z0a[:, None, :] * nz
         + w0[..., None] * adj.P0
     )
+    B_dqf = B_dqf + C_dqf
+    WaR_ka = WaR @ ka
+    B_dqf = B_dqf + s * (WaR_ka + Wa0[..., None] * R0)
+    M_dG = s * (qa * WR_ka).sum(-1)
+    E_rows = (qa * core_ka).sum(-1) + c_E * WR_rows
+    if not exact_q:
+        E_rows = E_rows + (seq.q_err * WR_ka).sum(-1)
+    if WR_kerr is not None:
+        E_rows = E_rows + (qa * WR_kerr).sum(-1)
+    B_dG = s * E_rows + (at_least_one(seq.q_feat) * C_dqf).sum(-1) + s * (qa * WaR_ka).sum(-1)
+    del WR_ka, WR_kerr, WR_rows, core_ka, C_dqf, WaR_ka, E_rows
+    emit("q", *feature_chain(seq, "q", M_dqf, B_dqf))
+    del M_dqf, B_dqf
+    # dφ(k): contractions over rows t >= j, and the final state's share.
+    C_dkf = lost.dk()
+    WR_qa, WR_qerr, WR_cols = _contract(WR.transpose(-1, -2), qa, None if exact_q else seq.q_err)
+    core_qa = core.transpose(-1, -2) @ qa
     final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # [H, L, K]
     M_dkf = s * WR_qa + wE[..., None] * final_k
-    B_dkf = s * (core_qa + W_tok.transpose(-1, -2) @ (dot_underflow * qa) + WR_qerr) + (
-        (wE * US)[..., None] * final_k
-    )
-    # dv: Σ_t w_tj |A_tj| ζ_t |do_t| and Σ_t w_tj |A_tj| (the adjoint dN's weight).
-    final_v = ka @ dSa  # [H, L, V]
-    V = doa.shape[-1]
-    A_do = (W_tok * absA).transpose(-1, -2) @ torch.cat([zeta * doa, torch.ones_like(zeta)], -1)
-    out["M_v"] = s * A_do[..., :V] + wE[..., None] * final_v
-    out["B_v"] = (s * W_tok * (Ub_tok * absA + Ephi)).transpose(-1, -2) @ (zeta * doa) + (
-        (wE * US)[..., None] * final_v + wE[..., None] * (seq.k_err @ dSa)
-    )
-    out["B_v"] = out["B_v"] + adj.dN * s * A_do[..., V:]
-    # dS_0 and dz_0.
-    qz = s * qa * (w0 * zeta[..., 0])[..., None]  # [H, L, K]
-    qz_err = s * seq.q_err * (w0 * zeta[..., 0])[..., None]
-    out["M_S0"] = qz.transpose(-1, -2) @ doa + wE0[:, None, None] * dSa
-    out["B_S0"] = (qz * Ub0[..., None] + qz_err).transpose(-1, -2) @ doa + (
-        (US0 * wE0)[:, None, None] * dSa
-    )
-    q0 = s * qa * w0[..., None]  # [H, L, K]: the weights of dN_t and dZ_t in dS_0 and dz_0
-    out["B_S0"] = out["B_S0"] + adj.dN * q0.sum(1)[..., None]
-    out["M_z0"] = (qz * do_o[..., None]).sum(1) + wE0[:, None] * dza
-    out["B_z0"] = (
-        (qz * (Ub0 * do_o + delta_err_raw)[..., None]).sum(1)
-        + (qz_err * do_o[..., None]).sum(1)
-        + (US0 * wE0)[:, None] * dza
-        + (q0 * adj.dZ).sum(1)
-    )
-    # dG_t = q̃_t·dq̃_t - k̃_t·dk̃_t (+ the final-state pairing at t = L); dg = reverse cumsum.
-    # Its pair terms Q_tj = s w_tj |A_tj| R_tj, summed over j and over t, and their errors
-    # s w_tj (U_tj |A_tj| R_tj + |A_tj| (δ-error_t + adjoint_tj) + E^φ_tj R_tj), with
-    # E^φ = |Δφ(q)|·|φ(k)| + |φ(q)|·|Δφ(k)| + λ (K + 2), from the contractions above.
-    c_E = u.underflow * (seq.dot_length + 2)
-    Q_rows = s * (qa * WR_ka).sum(-1)
-    Q_cols = s * (ka * WR_qa).sum(-1)
-    Q_err_rows = s * (
-        (qa * core_ka).sum(-1)
-        + (seq.q_err * WR_ka).sum(-1)
-        + (qa * WR_kerr).sum(-1)
-        + c_E * WR_rows
-    )
-    Q_err_cols = s * (
-        (ka * core_qa).sum(-1)
-        + (seq.k_err * WR_qa).sum(-1)
-        + (ka * WR_qerr).sum(-1)
-        + c_E * WR_cols
-    )
-    Q0 = s * w0 * (qa * R0).sum(-1)
-    Q0_err = (
+    B_dkf = (
         s
-        * w0
         * (
-            (qa * R0).sum(-1) * Ub0
-            + (seq.q_err * R0).sum(-1)
-            + nz * (qa * z0a[:, None, :]).sum(-1) * delta_err
-            + (qa * adj.P0).sum(-1)
+            core_qa
+            + W_tok.transpose(-1, -2) @ (dot_underflow * qa)
+            + (0.0 if WR_qerr is None else WR_qerr)
         )
+        + (wE * US)[..., None] * final_k
     )
-    F = wE * ((final_v * va).sum(-1) + nz * (ka * dza[:, None, :]).sum(-1))  # [H, L]
-    F_err = wE * US * ((final_v * va).sum(-1) + nz * (ka * dza[:, None, :]).sum(-1)) + wE * (
-        ((seq.k_err @ dSa) * va).sum(-1) + nz * (seq.k_err * dza[:, None, :]).sum(-1)
+    B_dkf = B_dkf + C_dkf
+    WaR_qa = WaR.transpose(-1, -2) @ qa
+    B_dkf = B_dkf + s * WaR_qa + WEa[..., None] * final_k
+    M_dG = M_dG + s * (ka * WR_qa).sum(-1)
+    E_cols = (ka * core_qa).sum(-1) + c_E * WR_cols
+    if not exact_k:
+        E_cols = E_cols + (seq.k_err * WR_qa).sum(-1)
+    if WR_qerr is not None:
+        E_cols = E_cols + (ka * WR_qerr).sum(-1)
+    B_dG = B_dG + s * E_cols + (at_least_one(seq.k_feat) * C_dkf).sum(-1)
+    B_dG = B_dG + s * (ka * WaR_qa).sum(-1)
+    del WR_qa, WR_qerr, WR_cols, core_qa, C_dkf, WaR_qa, E_cols, final_k, core, WR, WaR, R
+    emit("k", *feature_chain(seq, "k", M_dkf, B_dkf))
+    del M_dkf, B_dkf
+    # dv: Σ_t w_tj |A_tj| ζ_t |do_t| and Σ_t w_tj |A_tj| (the adjoint dN's weight).
+    lost_v = lost.dv()
+    absA = seq.outer(qa, ka)
+    Ephi: object = c_E
+    if not exact_q:
+        Ephi = seq.outer(seq.q_err, ka) + Ephi
+    if not exact_k:
+        Ephi = seq.outer(qa, seq.k_err) + Ephi
+    final_v = ka @ dSa  # [H, L, V]
+    zdo = zeta * doa
+    A_do = (W_tok * absA).transpose(-1, -2) @ torch.cat([zdo, torch.ones_like(zeta)], -1)
+    M_v = s * A_do[..., :V] + wE[..., None] * final_v
+    B_v = (s * W_tok * (Ub_tok * absA + Ephi)).transpose(-1, -2) @ zdo + (
+        (wE * US)[..., None] * final_v
     )
+    kerr_dS = None if exact_k else seq.k_err @ dSa
+    if kerr_dS is not None:
+        B_v = B_v + wE[..., None] * kerr_dS
+    B_v = B_v + adj.dN * s * A_do[..., V:]
+    del A_do
+    B_v = B_v + lost_v
+    B_v = B_v + (s * Wa * absA).transpose(-1, -2) @ zdo
+    B_v = B_v + WEa[..., None] * final_v
+    # dG's final-state pairing ⟨dS_T, S_T⟩ + ⟨dz_T, z_T⟩ by key j, with its errors.
+    paired = (final_v * va).sum(-1) + nz * (ka * dza[:, None, :]).sum(-1)  # [H, L]
+    F = wE * paired
+    F_err = wE * US * paired
+    if kerr_dS is not None:
+        F_err = F_err + wE * ((kerr_dS * va).sum(-1) + nz * (seq.k_err * dza[:, None, :]).sum(-1))
+    # dz_T is zero for unnormalized problems, so the key-sum pairing adds nothing there.
+    Fa = WEa * ((final_v * va).sum(-1) + (ka * dza[:, None, :]).sum(-1))
+    del final_v, kerr_dS, absA, Ephi, zdo, paired, lost_v
+    emit("v", M_v, B_v)
+    del M_v, B_v
+    # dS_0 and dz_0, and the initial state's share of dG.
+    if has_initial_state(seq):
+        weights = (Ub0, US0, w0, wE0)
+        _initial_state(put, f, ct, adj, lost, zeta, R0, (qa, doa, do_o, delta_err_raw), weights)
+    qR0 = (qa * R0).sum(-1)
+    Q0 = s * w0 * qR0
+    E0 = qR0 * Ub0 + nz * (qa * z0a[:, None, :]).sum(-1) * delta_err + (qa * adj.P0).sum(-1)
+    if not exact_q:
+        E0 = E0 + (seq.q_err * R0).sum(-1)
+    Q0_err = s * w0 * E0
     F0 = wE0 * ((dSa * S0a).sum((-1, -2)) + nz * (dza * z0a).sum(-1))
-    M_dG = Q_rows + Q0 + Q_cols + F
-    B_dG = Q_err_rows + Q0_err + Q_err_cols + F_err + u.acc * (seq.dot_length + 2) * M_dG
+    B_dG = B_dG + Q0_err + F_err + u.acc * (seq.dot_length + 2) * (M_dG + Q0 + F)
+    M_dG = M_dG + Q0 + F
+    B_dG = B_dG + seq.units.lost_intermediate * seq.dot_length + s * Wa0 * qR0 + Fa
     if seq.L:
         M_dG[:, -1] += F.sum(-1) + F0
-        B_dG[:, -1] += F_err.sum(-1) + F0 * US0
-    C_dqf, C_dkf, q1, k1 = lost_intermediates(out, f, ct, zeta)
-    B_dqf, B_dkf = B_dqf + C_dqf, B_dkf + C_dkf
-    lost = seq.units.lost_intermediate
-    B_dG = B_dG + (q1 * C_dqf).sum(-1) + (k1 * C_dkf).sum(-1) + lost * seq.dot_length
-    B_dqf, B_dkf, B_dG = _add_weight_underflow(
-        out, f, ct, R, R0, zeta, do_o, final_k, final_v, B_dqf, B_dkf, B_dG
-    )
-    out["M_g"] = reverse_cumsum(M_dG)
+        B_dG[:, -1] += F_err.sum(-1) + F0 * US0 + Fa.sum(-1)
+    del qR0, E0, qa, ka, va, doa
+    M_g = reverse_cumsum(M_dG)
     steps = torch.arange(seq.L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)
-    out["B_g"] = reverse_cumsum(B_dG) + u.acc * steps * out["M_g"]
-    out["M_g"], out["B_g"] = reach_of_block(seq, M_dG, B_dG, out["M_g"], out["B_g"])
-    add_feature_map_chain(out, seq, (M_dqf, B_dqf), (M_dkf, B_dkf))
+    B_g = reverse_cumsum(B_dG) + u.acc * steps * M_g
+    emit("g", *reach_of_block(seq, M_dG, B_dG, M_g, B_g))
     # Unverifiable: anything that depends on a row whose denominator is not certified.
     bad = unverifiable_rows(f)
     bad_key = seq.keys_seen_by(bad)  # [H, L]: some later row t >= j is bad
     bad_G = bad | bad_key
     bad_g = torch.flip(torch.cummax(torch.flip(bad_G.to(torch.int8), [-1]), -1).values, [-1]) > 0
-    out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
-    out["bad_S0"] = (bad & (w0 > 0)).any(-1)  # [H]
+    masks = {"bad_q": bad, "bad_k": bad_key, "bad_v": bad_key, "bad_g": bad_g}
+    masks["bad_S0"] = (bad & (w0 > 0)).any(-1)  # [H]
     # Every form's count falls with j: the largest is in the initial-state column.
-    out["count"] = (count[..., 0].max() if seq.L else R0.new_zeros(())).expand(1)
-    mark_overflow(out, f, ct)
-    return out
+    put("count", (count[..., 0].max() if seq.L else R0.new_zeros(())).expand(1))
+    put_masks(put, masks, f, ct, maxima)
 
 
-def _add_weight_underflow(
-    out: dict[str, torch.Tensor],
+def has_initial_state(seq: SequenceTerms) -> bool:
+    """Whether the problem has an initial state (or key sum), whose gradients are asked for."""
+    return seq.problem.initial_state is not None or seq.problem.initial_key_sum is not None
+
+
+def initial_share(
+    seq: SequenceTerms, doa: torch.Tensor, do_o: torch.Tensor, zeta: torch.Tensor
+) -> torch.Tensor:
+    """|dP| of the initial state's column, (|do_t| |S_0|^T + |do_t|·|o_t| |z_0|) ζ_t, [H, L, K].
+
+    Without an initial state it is exactly zero wherever its factors are finite: then one zero
+    expanded, not [H, L, K] of them (with an inf factor it is formed, NaN and all).
+    """
+    S0a, z0a = seq.S0.abs(), seq.z0.abs()
+    if not has_initial_state(seq) and all(bool(torch.isfinite(x).all()) for x in (doa, do_o, zeta)):
+        return zeta.new_zeros(()).expand(seq.H, seq.L, seq.S0.shape[-2])
+    return (doa @ S0a.transpose(-1, -2) + do_o[..., None] * z0a[:, None, :]) * zeta
+
+
+def _contract(
+    P: PairMatrix, x: torch.Tensor, err: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """P @ x, P @ err (`None` for `None`) and P's row sums, as one contraction (views)."""
+    parts = [x] if err is None else [x, err]
+    out = P @ torch.cat([*parts, torch.ones_like(x[..., :1])], -1)
+    K = x.shape[-1]
+    return out[..., :K], None if err is None else out[..., K : 2 * K], out[..., -1]
+
+
+def _initial_state(
+    put: Put,
     f: ForwardPieces,
     ct: Cotangents,
-    R: torch.Tensor,
-    R0: torch.Tensor,
+    adj: AdjointErrors,
+    lost: LostCharges,
     zeta: torch.Tensor,
-    do_o: torch.Tensor,
-    final_k: torch.Tensor,
-    final_v: torch.Tensor,
-    B_dqf: torch.Tensor,
-    B_dkf: torch.Tensor,
-    B_dG: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Add the absolute error of decay weights that underflow (`SequenceTerms.W_abs`).
-
-    Each gradient term carries one weight; its absolute error times the term's other factors is
-    the magnitude computation with the weights replaced by their absolute errors.
-    """
-    seq, s = f.seq, f.seq.scale
-    Wa, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]
-    WEa, WEa0 = seq.W_end_abs[:, 1:], seq.W_end_abs[:, 0]
-    qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
-    doa, dSa, dza = ct.do.abs(), ct.dS.abs(), ct.dz.abs()
-    WaR = Wa * R
-    WaR_ka = WaR @ ka
-    WaR_qa = WaR.transpose(-1, -2) @ qa
-    B_dqf = B_dqf + s * (WaR_ka + Wa0[..., None] * R0)
-    B_dkf = B_dkf + s * WaR_qa + WEa[..., None] * final_k
-    out["B_v"] = out["B_v"] + (s * Wa * seq.outer(qa, ka)).transpose(-1, -2) @ (zeta * doa)
-    out["B_v"] = out["B_v"] + WEa[..., None] * final_v
-    q_weight = s * qa * (Wa0 * zeta[..., 0])[..., None]
-    out["B_S0"] = out["B_S0"] + q_weight.transpose(-1, -2) @ doa + WEa0[:, None, None] * dSa
-    out["B_z0"] = out["B_z0"] + (q_weight * do_o[..., None]).sum(1) + WEa0[:, None] * dza
-    # The pair terms s w^abs_tj |A_tj| R_tj summed over j and over t (as Q in the caller).
-    Qa_rows, Qa_cols = s * (qa * WaR_ka).sum(-1), s * (ka * WaR_qa).sum(-1)
-    B_dG = B_dG + Qa_rows + Qa_cols + s * Wa0 * (qa * R0).sum(-1)
-    # dz_T is zero for unnormalized problems, so the key-sum pairing adds nothing there.
-    F = WEa * ((final_v * va).sum(-1) + (ka * dza[:, None, :]).sum(-1))
-    B_dG = B_dG + F
-    if seq.L:
-        B_dG[..., -1] = B_dG[..., -1] + F.sum(-1)
-    return B_dqf, B_dkf, B_dG
-
-
-def lost_intermediates(
-    out: dict[str, torch.Tensor], f: ForwardPieces, ct: Cotangents, zeta: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Add to dv, dS_0, dz_0 the absolute error of partial products lost to underflow or casts.
-
-    A partial product of a term that underflows (or is cast to the intermediate dtype) loses up
-    to c = `Units.lost_intermediate` before the remaining factors multiply it. Which factors
-    remain depends on the kernel's evaluation order, but their product is at most the product
-    of max(1, |f|) over all the term's factors, so each term is charged c · Π max(1, |f|): a
-    bound valid for every order (weights w <= 1 contribute 1). Every pair of tokens j <= t is
-    charged, those whose float64 weight underflows to 0 too: an over-count (the terms are ~ℓ,
-    1e-37 for fp32) that keeps the charge a block scan.
-
-    Returns:
-        The charges to dφ(q) and dφ(k) ``[H, L, K]`` and the factors max(1, |φ(q)|),
-        max(1, |φ(k)|) with which the caller charges dG.
-    """
-    seq, c = f.seq, f.seq.units.lost_intermediate
-
-    def m1(x: torch.Tensor) -> torch.Tensor:
-        return x.abs().clamp(min=1.0)
-
-    s1 = max(1.0, seq.scale)
-    q1, k1, v1 = m1(seq.q_feat), m1(seq.k_feat), m1(seq.v)  # [H, L, K|V]
-    S01, z01, do1, o1 = m1(seq.S0), m1(seq.z0), m1(ct.do), m1(f.o)
-    dS1, dz1 = m1(ct.dS), m1(ct.dz)
-    z1 = m1(zeta)  # [H, L, 1]
-    mask = seq.token_pairs()  # [L, L]
-    # dP_tj = (do_t·v_j - do_t·o_t) ζ_t: Σ over the value index of its factor products.
-    P1 = (seq.outer(do1, v1) + (do1 * o1).sum(-1, keepdim=True)) * z1  # [H, L, L]
-    A1 = seq.outer(q1, k1)  # [H, L, L], Σ_m of max1 factor products of q̃·k̃
-    P0 = (do1 @ S01.transpose(-1, -2) + (do1 * o1).sum(-1, keepdim=True) * z01[:, None, :]) * z1
-    final_k = v1 @ dS1.transpose(-1, -2) + dz1[:, None, :]  # [H, L, K]
-    C_dqf = c * s1 * ((mask * P1) @ k1 + P0)
-    C_dkf = c * (s1 * (mask * P1).transpose(-1, -2) @ q1 + final_k)
-    out["B_v"] = out["B_v"] + c * (s1 * (mask * A1).transpose(-1, -2) @ (z1 * do1) + k1 @ dS1)
-    qz1 = q1 * z1  # [H, L, K]
-    out["B_S0"] = out["B_S0"] + c * (s1 * qz1.transpose(-1, -2) @ do1 + dS1)
-    out["B_z0"] = out["B_z0"] + c * (s1 * (qz1 * (do1 * o1).sum(-1, keepdim=True)).sum(1) + dz1)
-    return C_dqf, C_dkf, q1, k1
-
-
-def add_feature_map_chain(
-    out: dict[str, torch.Tensor],
-    seq: SequenceTerms,
-    dq_features: tuple[torch.Tensor, torch.Tensor],
-    dk_features: tuple[torch.Tensor, torch.Tensor],
+    R0: torch.Tensor,
+    rows: tuple[torch.Tensor, ...],
+    weights: tuple[torch.Tensor, ...],
 ) -> None:
-    """Set ``M_q, B_q, M_k, B_k`` from the features' gradients ``(M, B)`` of dφ(q), dφ(k).
+    """Put ``M_S0``, ``B_S0``, ``M_z0``, ``B_z0`` (scalar gate). Memory: three [H, L, K]."""
+    seq, s = f.seq, f.seq.scale
+    Ub0, US0, w0, wE0 = weights
+    qa, doa, do_o, delta_err_raw = rows  # |φ(q)|, |do| [H, L, K|V]; |do|·|o|, δ's error [H, L]
+    dSa, dza = ct.dS.abs(), ct.dz.abs()
+    lost_S0, lost_z0 = lost.states()
+    Wa0, WEa0 = seq.W_abs[..., 0], seq.W_end_abs[:, 0]
+    qz = s * qa * (w0 * zeta[..., 0])[..., None]  # [H, L, K]
+    qz_U = qz * Ub0[..., None]
+    if not known_zero(seq.q_err):
+        qz_U = qz_U + s * seq.q_err * (w0 * zeta[..., 0])[..., None]
+    M_S0 = qz.transpose(-1, -2) @ doa + wE0[:, None, None] * dSa
+    B_S0 = qz_U.transpose(-1, -2) @ doa + (US0 * wE0)[:, None, None] * dSa
+    del qz_U
+    q0 = s * qa * w0[..., None]  # [H, L, K]: the weights of dN_t and dZ_t in dS_0 and dz_0
+    B_S0 = B_S0 + adj.dN * q0.sum(1)[..., None]
+    M_z0 = (qz * do_o[..., None]).sum(1) + wE0[:, None] * dza
+    B_z0 = (qz * (Ub0 * do_o + delta_err_raw)[..., None]).sum(1)
+    if not known_zero(seq.q_err):
+        B_z0 = B_z0 + (s * seq.q_err * (w0 * zeta[..., 0])[..., None] * do_o[..., None]).sum(1)
+    B_z0 = B_z0 + (US0 * wE0)[:, None] * dza + (q0 * adj.dZ).sum(1)
+    del qz, q0
+    B_S0, B_z0 = B_S0 + lost_S0, B_z0 + lost_z0
+    q_weight = s * qa * (Wa0 * zeta[..., 0])[..., None]
+    B_S0 = B_S0 + q_weight.transpose(-1, -2) @ doa + WEa0[:, None, None] * dSa
+    B_z0 = B_z0 + (q_weight * do_o[..., None]).sum(1) + WEa0[:, None] * dza
+    for key, x in (("M_S0", M_S0), ("B_S0", B_S0), ("M_z0", M_z0), ("B_z0", B_z0)):
+        put(key, x)
+
+
+def emitter(
+    put: Put, maxima: dict[str, torch.Tensor]
+) -> Callable[[str, torch.Tensor, torch.Tensor], None]:
+    """The ``emit(name, M, B)`` of a gradient's magnitude and bound.
+
+    Puts both, and keeps M's largest element per head in ``maxima`` for the overflow check
+    (`put_masks`).
+    """
+
+    def emit(name: str, M: torch.Tensor, B: torch.Tensor) -> None:
+        if M.numel():  # an empty sequence is not checked (`backward_overflow`)
+            maxima["M_" + name] = M.flatten(1).amax(-1, keepdim=True)
+        put("M_" + name, M)
+        put("B_" + name, B)
+
+    return emit
+
+
+def put_masks(
+    put: Put,
+    masks: dict[str, torch.Tensor],
+    f: ForwardPieces,
+    ct: Cotangents,
+    maxima: dict[str, torch.Tensor],
+) -> None:
+    """Put the unverifiable masks, each widened to every element of a head that may overflow.
+
+    `backward_overflow` says which heads of the sequence from the gradients' magnitudes
+    (``maxima``: each ``M_x``'s largest element per head, ``[H, 1]``); put as
+    ``overflow_heads``.
+    """
+    heads = backward_overflow(f, ct, maxima)
+    put("overflow_heads", heads)
+    widen = bool(heads.any())
+    for key, mask in masks.items():
+        put(key, mask | heads.reshape(-1, *([1] * (mask.ndim - 1))) if widen else mask)
+
+
+def feature_chain(
+    seq: SequenceTerms, name: str, M_f: torch.Tensor, B_f: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Magnitude and bound of dq (``name`` "q") or dk ("k") from its features' (M_f, B_f).
 
     dq = dφ(q) ⊙ φ'(q): one more multiply, and the error of φ' (the same for a vector gate); a
     lifted map's dq = J_φ^T dφ(q) (`linattn_verify.linear_attn._bounds.lifted.chain`).
     """
     u = seq.units
+    query = name == "q"
     if seq.problem.lifted:
-        p = seq.problem
-        for name, (M_f, B_f), x, feat, err, query in (
-            ("q", dq_features, seq.q_in, seq.q_feat, seq.q_err, True),
-            ("k", dk_features, seq.k_in, seq.k_feat, seq.k_err, False),
-        ):
-            M, B = lifted.chain(
-                p, x, M_f, B_f, u.arith, query=query, features=feat, feature_err=err
-            )
-            out["M_" + name], out["B_" + name] = M, B
-        return
-    for name, (M_f, B_f), dphi, dphi_err in (
-        ("q", dq_features, seq.q_dphi, seq.q_dphi_err),
-        ("k", dk_features, seq.k_dphi, seq.k_dphi_err),
-    ):
-        out["M_" + name] = M_f * dphi.abs()
-        out["B_" + name] = B_f * dphi.abs() + M_f * dphi_err + u.arith * out["M_" + name]
+        x, feat, err = (
+            (seq.q_in, seq.q_feat, seq.q_err) if query else (seq.k_in, seq.k_feat, seq.k_err)
+        )
+        return lifted.chain(
+            seq.problem, x, M_f, B_f, u.arith, query=query, features=feat, feature_err=err
+        )
+    if seq.problem.feature_map == "identity":
+        # φ' = 1 and its error 0 exactly: M_f itself, and B_f + u M_f formed in place (B_f is
+        # the caller's to give up). An inf in M_f leaves inf here where the general formula's
+        # inf·0 leaves NaN: either is an unverifiable element.
+        return M_f, B_f.add_(u.arith * M_f)
+    dphi = seq.q_dphi if query else seq.k_dphi
+    dphi_err = seq.q_dphi_err if query else seq.k_dphi_err
+    M = M_f * dphi.abs()
+    return M, B_f * dphi.abs() + M_f * dphi_err + u.arith * M
 
 
 def unverifiable_rows(f: ForwardPieces) -> torch.Tensor:
@@ -310,21 +363,6 @@ def unverifiable_rows(f: ForwardPieces) -> torch.Tensor:
     overflow: torch.Tensor = u.reciprocal_max**-0.5 >= Z - B_Z
     underflow: torch.Tensor = u.reciprocal_tiny**-0.5 <= Z + B_Z
     return f.bad | overflow | underflow
-
-
-def mark_overflow(out: dict[str, torch.Tensor], f: ForwardPieces, ct: Cotangents) -> None:
-    """Mark every gradient of a head whose declared 16-bit arithmetic may overflow (in place).
-
-    `backward_overflow` says which heads of the sequence (kept as ``overflow_heads``); each
-    ``bad_<x>`` mask of ``out`` is widened to all of that head's elements.
-    """
-    heads = backward_overflow(f, ct, out)
-    out["overflow_heads"] = heads
-    if not bool(heads.any()):
-        return
-    for key in ("bad_q", "bad_k", "bad_v", "bad_g", "bad_S0"):
-        mask = out[key]
-        out[key] = mask | heads.reshape(-1, *([1] * (mask.ndim - 1)))
 
 
 class AdjointErrors(NamedTuple):
@@ -355,7 +393,10 @@ def adjoint_errors(f: ForwardPieces, zeta: torch.Tensor, normalize: bool) -> Adj
     lam = seq.units.adjoint_abs if normalize else 0.0
     dZ = lam * (2 * seq.V + 1) * (1 + zeta**2)  # [H, L, 1]
     P = seq.column(lam * seq.v.abs().sum(-1)) + dZ  # [H, L(t), L(j)]
-    P0 = lam * seq.S0.abs().sum(-1)[:, None, :] + dZ * seq.z0.abs()[:, None, :]
+    if normalize:
+        P0 = lam * seq.S0.abs().sum(-1)[:, None, :] + dZ * seq.z0.abs()[:, None, :]
+    else:  # λ = 0 and ζ = 1: exactly zero, one element expanded (not [H, L, K] of zeros)
+        P0 = dZ.new_zeros(()).expand(seq.H, seq.L, seq.S0.shape[-2])
     return AdjointErrors(lam, dZ, P, P0)
 
 

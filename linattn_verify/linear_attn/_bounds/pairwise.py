@@ -121,6 +121,10 @@ class Factor:
             block = self._blocks[key] = self.dense(t, t)
         return block
 
+    def forget(self) -> None:
+        """Drop the cached diagonal blocks (`diagonal_block`)."""
+        self._blocks.clear()
+
     def merge(self, c: float, other: Factor, c_other: float) -> Factor | None:
         """The sum c·self + c_other·other as one factor (channels concatenated), or `None`.
 

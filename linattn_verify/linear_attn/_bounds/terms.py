@@ -90,10 +90,6 @@ class SequenceTerms:
         else:
             self.q_err = self._feature_error(q, p.feature_map)
             self.k_err = self._feature_error(k, p.feature_map)
-            self.q_dphi = feature_map_derivative(q, p.feature_map)
-            self.q_dphi_err = self._derivative_error(q, p.feature_map)
-            self.k_dphi = feature_map_derivative(k, p.feature_map)
-            self.k_dphi_err = self._derivative_error(k, p.feature_map)
         self.S0 = (
             p.initial_state[n]
             if p.initial_state is not None
@@ -106,19 +102,9 @@ class SequenceTerms:
         )
         decay = p.g is not None
         self.vector = p.vector_gate
-        if decay:
-            assert p.g is not None
-            if self.vector:
-                # One row per (head, key dimension), head-major: every decay quantity below is
-                # elementwise in its leading dimension, so it is the scalar one per dimension.
-                g = p.g[b, start:end].permute(1, 2, 0).reshape(H * K, L)  # [H*K, L]
-            else:
-                g = p.g[b, start:end].transpose(0, 1)  # [H, L]
-            rows = g.shape[0]
-            G = torch.cat([torch.zeros(rows, 1, dtype=f64, device=dev), torch.cumsum(g, -1)], -1)
-        else:
-            G = torch.zeros(H, L + 1, dtype=f64, device=dev)
-        self.G = G  # [H, L+1] ([H*K, L+1] for a vector gate), G[:, 0] = 0
+        self._tokens = (b, start, end)
+        # G, W_end and eps_w_end, formed on first use (`release_decays` drops them).
+        self._decays: dict[str, torch.Tensor] = {}
         self._blocks_of_G: tuple[int, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         # The pair quantities ([H?, L, L+1], dense or lazy: `_dense_pairs`, `_lazy_pairs`).
         self.W: PairMatrix
@@ -129,7 +115,6 @@ class SequenceTerms:
         self.W_abs: PairMatrix
         self.decay = decay
         j = torch.arange(0, L + 1, device=dev)  # key positions, 0 = initial state
-        self.W_end = torch.exp(G[:, -1:] - G)  # [H, L+1]: weight of key j in the final state
         dec = int(decay)
         Lf = float(L)
         end_crossings = self.chunk_of(torch.tensor(Lf, dtype=f64, device=dev)) - self.chunk_of(
@@ -140,16 +125,6 @@ class SequenceTerms:
             chunk=recipe.chunk_size + (1 + dec) * end_crossings + 2 + 2 * dec,
             recurrent=2 + (1 + dec) * (Lf - j.to(f64)),
         )  # [L+1], roundings of a final-state term φ(k_j) v_j w_Tj
-        if decay:
-            self.eps_w_end = (
-                self.weight_error(G, (G[:, -1:] - G)[:, None, :], torch.tensor([L], device=dev), j)[
-                    :, 0
-                ]
-                if L
-                else torch.zeros(G.shape[0], 1, dtype=f64, device=dev)
-            )  # [H, L+1]
-        else:
-            self.eps_w_end = torch.zeros(1, L + 1, dtype=f64, device=dev)
         # A decay weight that underflows loses up to one smallest normal per exp or product
         # that forms it, whatever its relative error: an absolute error, amplified by the
         # term's other factors (|A| |v| can be huge). At most t - j + 2 such operations.
@@ -164,6 +139,94 @@ class SequenceTerms:
             self._lazy_pairs(math.lcm(scan_block, recipe.chunk_size))
         else:
             self._dense_pairs()
+
+    @property
+    def G(self) -> torch.Tensor:
+        """The log-decay prefix ``[H, L+1]`` (``[H*K, L+1]`` for a vector gate), G[:, 0] = 0."""
+        G = self._decays.get("G")
+        if G is None:
+            p, (b, start, end) = self.problem, self._tokens
+            H, L, K = self.H, self.L, self.K
+            f64, dev = torch.float64, self.q_in.device
+            if p.g is not None:
+                if self.vector:
+                    # One row per (head, key dimension), head-major: every decay quantity is
+                    # elementwise in its leading dimension, so it is the scalar one per dimension.
+                    g = p.g[b, start:end].permute(1, 2, 0).reshape(H * K, L)  # [H*K, L]
+                else:
+                    g = p.g[b, start:end].transpose(0, 1)  # [H, L]
+                zero = torch.zeros(g.shape[0], 1, dtype=f64, device=dev)
+                G = torch.cat([zero, torch.cumsum(g, -1)], -1)
+            else:
+                G = torch.zeros(H, L + 1, dtype=f64, device=dev)
+            self._decays["G"] = G
+        return G
+
+    @property
+    def W_end(self) -> torch.Tensor:
+        """The weight of key j (0..L) in the final state, ``[H, L+1]`` (rows as `G`'s)."""
+        W_end = self._decays.get("W_end")
+        if W_end is None:
+            G = self.G
+            W_end = self._decays["W_end"] = torch.exp(G[:, -1:] - G)
+        return W_end
+
+    @property
+    def eps_w_end(self) -> torch.Tensor:
+        """ε_w(L, j) of the final state's weights, ``[H, L+1]`` (``[1, L+1]`` without decay)."""
+        eps = self._decays.get("eps_w_end")
+        if eps is None:
+            G, L, dev, f64 = self.G, self.L, self.G.device, torch.float64
+            if not self.decay:
+                eps = torch.zeros(1, L + 1, dtype=f64, device=dev)
+            elif not L:
+                eps = torch.zeros(G.shape[0], 1, dtype=f64, device=dev)
+            else:
+                j = torch.arange(0, L + 1, device=dev)
+                D = (G[:, -1:] - G)[:, None, :]
+                eps = self.weight_error(G, D, torch.tensor([L], device=dev), j)[:, 0]
+            self._decays["eps_w_end"] = eps
+        return eps
+
+    def release_decays(self) -> None:
+        """Drop a vector gate's per-dimension decay quantities (`G`, `W_end`, `eps_w_end`).
+
+        Each is ``[H*K, L+1]`` float64, as large as a token tensor, and held as long as the
+        forward's pieces are; the next use forms them again (the same arithmetic). A scalar
+        gate's are ``[H, L+1]`` and its lazy weights hold G: kept.
+        """
+        if self.vector:
+            self._decays.clear()
+            self._blocks_of_G = None
+
+    # φ'(x) and its error are read once, by the gradients' chain rule: formed there, not kept
+    # (each is [H, L, K], held as long as the forward's pieces are).
+    @property
+    def q_dphi(self) -> torch.Tensor:
+        return feature_map_derivative(self.q_in, self.problem.feature_map)
+
+    @property
+    def k_dphi(self) -> torch.Tensor:
+        return feature_map_derivative(self.k_in, self.problem.feature_map)
+
+    @property
+    def q_dphi_err(self) -> torch.Tensor:
+        return self._derivative_error(self.q_in, self.problem.feature_map)
+
+    @property
+    def k_dphi_err(self) -> torch.Tensor:
+        return self._derivative_error(self.k_in, self.problem.feature_map)
+
+    def forget_blocks(self) -> None:
+        """Drop the weight blocks the scan cached (`Factor.diagonal_block`): O(L·P) per head.
+
+        The next contraction forms them again (an exp per pair of a block); results unchanged.
+        """
+        for pairs in (self.W, self.causal):
+            if isinstance(pairs, Pairs):
+                for _, term in pairs.terms:
+                    for factor in term:
+                        factor.forget()
 
     @staticmethod
     def positions(L: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -265,7 +328,8 @@ class SequenceTerms:
             pos = u * (x + 1).abs()
             neg = exp_error(x, u) * torch.exp(torch.clamp(x, max=0)) + self.units.underflow
             return torch.where(x > 0, pos, neg)
-        return torch.zeros_like(x)
+        # Exact features: zeros, one element expanded (as large as x, never stored so).
+        return x.new_zeros(()).expand(x.shape)
 
     def _derivative_error(self, x: torch.Tensor, feature_map: str) -> torch.Tensor:
         """Absolute error of the kernel's φ'(x) (only elu1's exp branch rounds)."""

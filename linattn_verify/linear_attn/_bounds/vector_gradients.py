@@ -21,33 +21,40 @@ import torch
 from linattn_verify.linear_attn._bounds.forward import ForwardPieces
 from linattn_verify.linear_attn._bounds.gradients import (
     Cotangents,
-    add_feature_map_chain,
+    Put,
     adjoint_errors,
     backward_division_error,
-    lost_intermediates,
-    mark_overflow,
+    emitter,
+    feature_chain,
+    has_initial_state,
+    initial_share,
+    put_masks,
     reach_of_block,
     reverse_cumsum,
     unverifiable_rows,
 )
+from linattn_verify.linear_attn._bounds.lost import LostCharges, at_least_one, known_zero
 from linattn_verify.linear_attn._bounds.vector_weights import VectorWeights
 
 
-def vector_backward_sequence(
-    f: ForwardPieces, ct: Cotangents, normalize: bool
-) -> dict[str, torch.Tensor]:
+def vector_backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, put: Put) -> None:
     """Magnitudes, bounds and unverifiable masks of the gradients of one sequence (vector gate).
 
-    ``M_g``, ``B_g`` and ``bad_g`` are ``[H, L, K]``; every other entry has the shape of the
-    scalar path's (`linattn_verify.linear_attn._bounds.gradients.backward_sequence`).
+    Handed to ``put`` as `linattn_verify.linear_attn._bounds.gradients.backward_sequence`'s
+    are, with ``M_g``, ``B_g`` and ``bad_g`` ``[H, L, K]``. Cost: a few block scans per
+    gradient (`VectorWeights`). Memory: the gradients are formed one after another, each
+    one's contractions freed once it is written; dG's two ``[H, L, K]`` sums are kept
+    throughout.
     """
     seq, u = f.seq, f.seq.units
     s = seq.scale
     vw = VectorWeights(seq)
-    H, L, K = seq.H, seq.L, seq.K
-    qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
+    H, L, K, V = seq.H, seq.L, seq.K, seq.V
+    qa, ka, va, doa = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs(), ct.do.abs()
     S0a, z0a = seq.S0.abs(), seq.z0.abs()
-    doa, dSa, dza = ct.do.abs(), ct.dS.abs(), ct.dz.abs()
+    dSa, dza = ct.dS.abs(), ct.dz.abs()
+    # An exact feature map's errors are zero: their contractions are skipped (adding 0).
+    exact_q, exact_k = known_zero(seq.q_err), known_zero(seq.k_err)
     nz = float(normalize)
     good = ~f.bad[..., None]
     zeta = torch.where(f.Z == 0, 1.0, 1.0 / f.Z.abs())  # [H, L, 1]
@@ -57,7 +64,7 @@ def vector_backward_sequence(
     delta_err_raw = (doa * f.B_o).sum(-1) * nz
     delta_err = delta_err_raw * zeta[..., 0]
     R = (seq.outer(doa, va) + do_o[..., None]) * zeta  # |dP_tj|, [H, L, L]
-    R0 = (doa @ S0a.transpose(-1, -2) + do_o[..., None] * z0a[:, None, :]) * zeta  # [H, L, K]
+    R0 = initial_share(seq, doa, do_o, zeta)  # [H, L, K]
     count = seq.K + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
     U_c = u.acc * count + u.per_term + e_Z  # [H, L, L+1]: the part of U_tjm common to every m
     U_tok = U_c[..., 1:]
@@ -78,109 +85,146 @@ def vector_backward_sequence(
     adj = adjoint_errors(f, zeta, normalize)
     # Absolute errors of dP, [H, L, L].
     P_err = (delta_err[..., None] + dot_underflow + adj.P) * seq.token_pairs()
-    out: dict[str, torch.Tensor] = {}
-    # The sums over pairs with the weight of each dimension m, each once: over keys j <= t
-    # (rows) and over rows t >= j (cols), of |dP| R and of its error U R + P_err (weights'
-    # errors ε_w(t, j, m) separately).
-    R_ka = vw.rows(R, ka)
-    R_kerr = vw.rows(R, seq.k_err)
-    Rerr_ka = vw.rows(U_tok * R + P_err, ka) + vw.rows(R, ka, error=True)
-    R_qa = vw.cols(R, qa)
-    R_qerr = vw.cols(R, seq.q_err)
-    Rerr_qa = vw.cols(U_tok * R + P_err, qa) + vw.cols(R, qa, error=True)
-    # dφ(q) and dφ(k).
-    M_dqf = s * (R_ka + w0 * R0)
-    B_dqf = s * (
-        Rerr_ka + R_kerr + WU0 * R0 + nz * w0 * delta_err[..., None] * z0a[:, None, :] + w0 * adj.P0
-    )
-    final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # (|dS_T||v_j| + |dz_T|)_m
-    M_dkf = s * R_qa + wE * final_k
-    B_dkf = s * (Rerr_qa + R_qerr) + US * wE * final_k
-    # dv: Σ_m q̃_tm k̃_jm w_tjm is the forward's weighted |A|^w.
-    absA_w = vw.weighted(qa, ka)
-    Ephi_w = vw.weighted(seq.q_err, ka) + vw.weighted(qa, seq.k_err) + under_A
-    kw = ka * wE  # [H, L, K]
-    zdo = s * zeta * doa
-    A_do = absA_w.transpose(-1, -2) @ torch.cat([zdo, s * torch.ones_like(zeta)], -1)
-    V = doa.shape[-1]
-    out["M_v"] = A_do[..., :V] + kw @ dSa
-    out["B_v"] = (U_tok * absA_w + vw.weighted(qa, ka, error=True) + Ephi_w).transpose(
-        -1, -2
-    ) @ zdo + ((kw * US + seq.k_err * wE) @ dSa)
-    out["B_v"] = out["B_v"] + adj.dN * A_do[..., V:]
-    # dS_0 and dz_0.
-    qz = s * qa * w0 * zeta  # [H, L, K]
-    qz_U = s * qa * WU0 * zeta
-    qz_err = s * seq.q_err * w0 * zeta
-    out["M_S0"] = qz.transpose(-1, -2) @ doa + wE0[..., None] * dSa
-    out["B_S0"] = (qz_U + qz_err).transpose(-1, -2) @ doa + (US0 * wE0)[..., None] * dSa
-    q0 = s * qa * w0  # [H, L, K]: the weights of dN_t and dZ_t in dS_0 and dz_0
-    out["B_S0"] = out["B_S0"] + adj.dN * q0.sum(1)[..., None]
-    out["M_z0"] = (qz * do_o[..., None]).sum(1) + wE0 * dza
-    out["B_z0"] = (
-        (qz_U * do_o[..., None] + qz * delta_err_raw[..., None]).sum(1)
-        + (qz_err * do_o[..., None]).sum(1)
-        + US0 * wE0 * dza
-        + (q0 * adj.dZ).sum(1)
-    )
-    # dG_tm = q̃_tm dq̃_tm - k̃_tm dk̃_tm: the row part of dimension m and its column part.
-    q_row = s * qa * R_ka  # Σ_j |q̃_tm| w_tjm R_tj |k̃_jm|
-    k_col = s * ka * R_qa
-    Q0 = s * w0 * qa * R0  # the initial state's share, q̃_tm w_t0m (S_0 do_t - δ_t z_0)_m / Z_t
-    # Underflow inside the m-sum of an A_tj (the P·dP algorithm), charged to every dimension.
-    under_G = under_A * R
-    err_row = s * (qa * (Rerr_ka + R_kerr) + seq.q_err * R_ka) + s * under_G.sum(-1)[..., None]
-    err_col = s * (ka * (Rerr_qa + R_qerr) + seq.k_err * R_qa) + s * under_G.sum(-2)[..., None]
-    Q0_err = s * (
-        WU0 * qa * R0
-        + w0 * seq.q_err * R0
-        + nz * w0 * qa * z0a[:, None, :] * delta_err[..., None]
-        + w0 * qa * adj.P0
-    )
-    F = wE * ka * final_k  # [H, L, K]
-    F_err = wE * (US * ka + seq.k_err) * final_k
-    F0 = wE0 * ((dSa * S0a).sum(-1) + nz * dza * z0a)  # [H, K]
-    M_dG = q_row + Q0 + k_col + F
-    B_dG = err_row + Q0_err + err_col + F_err + u.acc * (K + 2) * M_dG
-    if L:
-        M_dG[:, -1] += F.sum(1) + F0
-        B_dG[:, -1] += F_err.sum(1) + F0 * US0
     # Weights that underflow: W^abs_tj per dimension (independent of m).
     Wa, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]  # [1, L, L], [1, L]
     WEa, WEa0 = seq.W_end_abs[:, 1:], seq.W_end_abs[:, 0]
     WaR = Wa * R
-    WaR_ka, WaR_qa = WaR @ ka, WaR.transpose(-1, -2) @ qa
-    final_k_all = va @ dSa.transpose(-1, -2) + dza[:, None, :]
+    lost = LostCharges(f, ct.do, ct.dS, ct.dz, zeta)
+    # Underflow inside the m-sum of an A_tj (the P·dP algorithm), charged to every dimension.
+    under_G = under_A * R
+    maxima: dict[str, torch.Tensor] = {}
+    emit = emitter(put, maxima)
+
+    # The sums over pairs with the weight of each dimension m, each once: over keys j <= t
+    # (rows) for dφ(q), over rows t >= j (cols) for dφ(k), of |dP| R and of its error
+    # U R + P_err (weights' errors ε_w(t, j, m) separately). dG_tm = q̃_tm dq̃_tm - k̃_tm dk̃_tm
+    # takes its row part from the first and its column part from the second: its sums M_dG,
+    # B_dG [H, L, K] gather each part while the contractions it needs are alive.
+    # Each stage forms its lost-intermediate charge first, while little else is alive.
+    C_dqf = lost.dq()
+    R_ka = vw.rows(R, ka)
+    Rerr_ka = vw.rows(U_tok * R + P_err, ka) + vw.rows(R, ka, error=True)
+    if not exact_k:
+        Rerr_ka = Rerr_ka + vw.rows(R, seq.k_err)
+    M_dqf = s * (R_ka + w0 * R0)
+    B_dqf = s * (
+        Rerr_ka + WU0 * R0 + nz * w0 * delta_err[..., None] * z0a[:, None, :] + w0 * adj.P0
+    )
+    WaR_ka = WaR @ ka
     B_dqf = B_dqf + s * (WaR_ka + Wa0[..., None] * R0)
+    B_dqf = B_dqf + C_dqf
+    M_dG = s * qa * R_ka  # Σ_j |q̃_tm| w_tjm R_tj |k̃_jm|
+    E_row = qa * Rerr_ka
+    if not exact_q:
+        E_row = E_row + seq.q_err * R_ka
+    B_dG = s * E_row + s * under_G.sum(-1)[..., None]
+    B_dG = B_dG + s * qa * WaR_ka + at_least_one(seq.q_feat) * C_dqf
+    del R_ka, Rerr_ka, WaR_ka, C_dqf, E_row
+    emit("q", *feature_chain(seq, "q", M_dqf, B_dqf))
+    del M_dqf, B_dqf
+    C_dkf = lost.dk()
+    R_qa = vw.cols(R, qa)
+    Rerr_qa = vw.cols(U_tok * R + P_err, qa) + vw.cols(R, qa, error=True)
+    if not exact_q:
+        Rerr_qa = Rerr_qa + vw.cols(R, seq.q_err)
+    final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # (|dS_T||v_j| + |dz_T|)_m
+    M_dkf = s * R_qa + wE * final_k
+    B_dkf = s * Rerr_qa + US * wE * final_k
+    WaR_qa = WaR.transpose(-1, -2) @ qa
+    final_k_all = va @ dSa.transpose(-1, -2) + dza[:, None, :]
     B_dkf = B_dkf + s * WaR_qa + WEa[..., None] * final_k_all
-    out["B_v"] = out["B_v"] + (Wa * seq.outer(qa, ka)).transpose(-1, -2) @ zdo
-    out["B_v"] = out["B_v"] + WEa[..., None] * (ka @ dSa)
-    q_weight = s * qa * (Wa0 * zeta[..., 0])[..., None]
-    out["B_S0"] = out["B_S0"] + q_weight.transpose(-1, -2) @ doa + WEa0[:, None, None] * dSa
-    out["B_z0"] = out["B_z0"] + (q_weight * do_o[..., None]).sum(1) + WEa0[:, None] * dza
+    B_dkf = B_dkf + C_dkf
+    # The final-state pairing of dG, w_Tjm k̃_jm (dS_T v_j + dz_T)_m, with its errors.
+    F = wE * ka * final_k  # [H, L, K]
+    F_err = wE * (US * ka if exact_k else US * ka + seq.k_err) * final_k
     Fa = WEa[..., None] * ka * final_k_all
-    B_dG = B_dG + s * (qa * WaR_ka + ka * WaR_qa + Wa0[..., None] * qa * R0)
-    B_dG = B_dG + Fa
+    M_dG = M_dG + s * ka * R_qa + F
+    E_col = ka * Rerr_qa
+    if not exact_k:
+        E_col = E_col + seq.k_err * R_qa
+    B_dG = B_dG + s * E_col + s * under_G.sum(-2)[..., None]
+    B_dG = B_dG + F_err + s * ka * WaR_qa + Fa + at_least_one(seq.k_feat) * C_dkf
+    last_M, last_B = F.sum(1), F_err.sum(1) + Fa.sum(1)  # [H, K]: the pairing's t = L share
+    del R_qa, Rerr_qa, final_k, final_k_all, WaR_qa, C_dkf, F, F_err, Fa, E_col
+    del R, WaR, P_err, under_G
+    emit("k", *feature_chain(seq, "k", M_dkf, B_dkf))
+    del M_dkf, B_dkf
+    # dv: Σ_m q̃_tm k̃_jm w_tjm is the forward's weighted |A|^w.
+    lost_v = lost.dv()
+    absA_w = vw.weighted(qa, ka)
+    Ephi_w: object = under_A
+    if not exact_q:
+        Ephi_w = vw.weighted(seq.q_err, ka) + Ephi_w
+    if not exact_k:
+        Ephi_w = vw.weighted(qa, seq.k_err) + Ephi_w
+    kw = ka * wE  # [H, L, K]
+    zdo = s * zeta * doa
+    A_do = absA_w.transpose(-1, -2) @ torch.cat([zdo, s * torch.ones_like(zeta)], -1)
+    M_v = A_do[..., :V] + kw @ dSa
+    kw_U = kw * US if exact_k else kw * US + seq.k_err * wE
+    B_v = (U_tok * absA_w + vw.weighted(qa, ka, error=True) + Ephi_w).transpose(-1, -2) @ zdo + (
+        kw_U @ dSa
+    )
+    B_v = B_v + adj.dN * A_do[..., V:]
+    del A_do, kw, kw_U, absA_w, Ephi_w
+    B_v = B_v + (Wa * seq.outer(qa, ka)).transpose(-1, -2) @ zdo
+    B_v = B_v + WEa[..., None] * (ka @ dSa)
+    B_v = B_v + lost_v
+    del zdo, lost_v
+    emit("v", M_v, B_v)
+    del M_v, B_v
+    # dS_0 and dz_0, asked for only with an initial state.
+    if has_initial_state(seq):
+        lost_S0, lost_z0 = lost.states()
+        qz = s * qa * w0 * zeta  # [H, L, K]
+        qz_U = s * qa * WU0 * zeta
+        M_S0 = qz.transpose(-1, -2) @ doa + wE0[..., None] * dSa
+        qz_all = qz_U if exact_q else qz_U + s * seq.q_err * w0 * zeta
+        B_S0 = qz_all.transpose(-1, -2) @ doa + (US0 * wE0)[..., None] * dSa
+        del qz_all
+        q0 = s * qa * w0  # [H, L, K]: the weights of dN_t and dZ_t in dS_0 and dz_0
+        B_S0 = B_S0 + adj.dN * q0.sum(1)[..., None]
+        M_z0 = (qz * do_o[..., None]).sum(1) + wE0 * dza
+        B_z0 = (qz_U * do_o[..., None] + qz * delta_err_raw[..., None]).sum(1)
+        if not exact_q:
+            B_z0 = B_z0 + (s * seq.q_err * w0 * zeta * do_o[..., None]).sum(1)
+        B_z0 = B_z0 + US0 * wE0 * dza + (q0 * adj.dZ).sum(1)
+        del qz, qz_U, q0
+        q_weight = s * qa * (Wa0 * zeta[..., 0])[..., None]
+        B_S0 = B_S0 + q_weight.transpose(-1, -2) @ doa + WEa0[:, None, None] * dSa
+        B_z0 = B_z0 + (q_weight * do_o[..., None]).sum(1) + WEa0[:, None] * dza
+        del q_weight
+        for key, x in (
+            ("M_S0", M_S0),
+            ("B_S0", B_S0 + lost_S0),
+            ("M_z0", M_z0),
+            ("B_z0", B_z0 + lost_z0),
+        ):
+            put(key, x)
+    # dG's initial-state share, q̃_tm w_t0m (S_0 do_t - δ_t z_0)_m / Z_t, and its errors.
+    qR0 = qa * R0
+    E0 = WU0 * qR0
+    if not exact_q:
+        E0 = E0 + w0 * seq.q_err * R0
+    E0 = E0 + nz * w0 * qa * z0a[:, None, :] * delta_err[..., None] + w0 * qa * adj.P0
+    M_dG = M_dG + s * w0 * qR0
+    B_dG = B_dG + s * E0 + u.acc * (K + 2) * M_dG + s * Wa0[..., None] * qR0
+    B_dG = B_dG + seq.units.lost_intermediate
+    del qR0, E0
+    F0 = wE0 * ((dSa * S0a).sum(-1) + nz * dza * z0a)  # [H, K]
     if L:
-        B_dG[:, -1] = B_dG[:, -1] + Fa.sum(1)
-    # Partial products lost to underflow or casts: ℓ Π max(1, |f|) per term (as the scalar
-    # path), dG_tm charged per dimension.
-    C_dqf, C_dkf, q1, k1 = lost_intermediates(out, f, ct, zeta)
-    B_dqf, B_dkf = B_dqf + C_dqf, B_dkf + C_dkf
-    B_dG = B_dG + q1 * C_dqf + k1 * C_dkf + seq.units.lost_intermediate
-    out["M_g"] = reverse_cumsum(M_dG.transpose(1, 2)).transpose(1, 2)
+        M_dG[:, -1] += last_M + F0
+        B_dG[:, -1] += last_B + F0 * US0
+    M_g = reverse_cumsum(M_dG.transpose(1, 2)).transpose(1, 2)
     steps = torch.arange(L, 0, -1, dtype=M_dG.dtype, device=M_dG.device)[:, None]
-    out["B_g"] = reverse_cumsum(B_dG.transpose(1, 2)).transpose(1, 2) + u.acc * steps * out["M_g"]
+    B_g = reverse_cumsum(B_dG.transpose(1, 2)).transpose(1, 2) + u.acc * steps * M_g
     # Tokens last for the block's reach, then back to [H, L, K].
     M_g, B_g = reach_of_block(
-        seq,
-        M_dG.transpose(1, 2),
-        B_dG.transpose(1, 2),
-        out["M_g"].transpose(1, 2),
-        out["B_g"].transpose(1, 2),
+        seq, M_dG.transpose(1, 2), B_dG.transpose(1, 2), M_g.transpose(1, 2), B_g.transpose(1, 2)
     )
-    out["M_g"], out["B_g"] = M_g.transpose(1, 2), B_g.transpose(1, 2)
-    add_feature_map_chain(out, seq, (M_dqf, B_dqf), (M_dkf, B_dkf))
+    del M_dG, B_dG
+    emit("g", M_g.transpose(1, 2), B_g.transpose(1, 2))
+    del M_g, B_g
     # Unverifiable: anything that depends on a row whose denominator is not certified; per
     # dimension for dg (key j of dimension m is seen by row t when w_tjm > 0).
     bad = unverifiable_rows(f)
@@ -188,9 +232,8 @@ def vector_backward_sequence(
     bad_G = bad[..., None] | bad_key_m
     bad_g = torch.flip(torch.cummax(torch.flip(bad_G.to(torch.int8), [1]), 1).values, [1]) > 0
     bad_key = bad_key_m.any(-1)
-    out["bad_q"], out["bad_k"], out["bad_v"], out["bad_g"] = bad, bad_key, bad_key, bad_g
-    out["bad_S0"] = (bad & (w0 > 0).any(-1)).any(-1)  # [H]
+    masks = {"bad_q": bad, "bad_k": bad_key, "bad_v": bad_key, "bad_g": bad_g}
+    masks["bad_S0"] = (bad & (w0 > 0).any(-1)).any(-1)  # [H]
     # Every form's count falls with j: the largest is in the initial-state column.
-    out["count"] = (count[..., 0].max() if L else R0.new_zeros(())).expand(1)
-    mark_overflow(out, f, ct)
-    return out
+    put("count", (count[..., 0].max() if L else R0.new_zeros(())).expand(1))
+    put_masks(put, masks, f, ct, maxima)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.oracles._sequence import (
@@ -93,7 +92,7 @@ def _sequence(problem: Problem, C: int, n: int, b: int, start: int, end: int) ->
         gc = g_chunks[i] if g_chunks is not None else None
         parts = (q_chunks[i], k_chunks[i], v_chunks[i], gc, S, z)
         if recompute:
-            out, S, z = checkpoint(_chunk, s, eps, *parts, use_reentrant=False)
+            out, S, z = _Recomputed.apply(s, eps, *parts)  # type: ignore[no-untyped-call]
         else:
             out, S, z = _chunk(s, eps, *parts)
         outputs.append(out)
@@ -140,6 +139,48 @@ def _chunk(
         S = total[..., None] * S + kw.transpose(-1, -2) @ vc
         z = total * z + kw.sum(dim=1)
     return (N if eps is None else divide_rows(N, Zc + eps)), S, z
+
+
+class _Recomputed(torch.autograd.Function):
+    """`_chunk` whose intermediates are recomputed in the backward instead of saved.
+
+    What ``torch.utils.checkpoint`` does, without its first call's import of torch's compiler
+    stack (seconds): the backward runs `_chunk` again under autograd on the saved inputs and
+    differentiates that, the same arithmetic. Memory: the chunk's inputs only.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        s: float,
+        eps: float | None,
+        *parts: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ctx.s, ctx.eps = s, eps  # type: ignore[attr-defined]
+        ctx.save_for_backward(*parts)  # type: ignore[arg-type]
+        with torch.no_grad():
+            return _chunk(s, eps, *parts)  # type: ignore[arg-type]
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, *grads: torch.Tensor
+    ) -> tuple[torch.Tensor | None, ...]:
+        saved = ctx.saved_tensors  # type: ignore[attr-defined]
+        parts = [None if x is None else x.detach().requires_grad_(x.requires_grad) for x in saved]
+        wanted = [x for x in parts if x is not None and x.requires_grad]
+        with torch.enable_grad():
+            outputs = _chunk(ctx.s, ctx.eps, *parts)  # type: ignore[attr-defined, arg-type]
+        # An output that no input of this chunk reaches has no graph to differentiate.
+        pairs = [(y, dy) for y, dy in zip(outputs, grads, strict=True) if y.requires_grad]
+        found = iter(
+            torch.autograd.grad(
+                [y for y, _ in pairs], wanted, [dy for _, dy in pairs], allow_unused=True
+            )
+            if wanted and pairs
+            else [None] * len(wanted)
+        )
+        per_part = [next(found) if x is not None and x.requires_grad else None for x in parts]
+        return (None, None, *per_part)
 
 
 def _vector_chunk(

@@ -184,7 +184,7 @@ def bounds_of(kernel: DeltaKernel, problem: DeltaProblem) -> dict[str, TensorBou
     """The forward bounds of ``problem`` under ``kernel``'s recipe and declarations.
 
     A kernel that does not promise bit-exact causality is charged a pivoting solver's inverse
-    (`linattn_verify.delta.bounds.inverse_magnitude`); a state returned in the input dtype, its
+    (`linattn_verify.delta.inverse.inverse_magnitude`); a state returned in the input dtype, its
     rounding (`with_returned_state_rounding`).
     """
     cap = kernel.capabilities
