@@ -26,7 +26,13 @@ from linattn_verify.delta.reference import (
     per_sequence,
     sequence_groups,
 )
-from linattn_verify.delta.sweep import AdjointBlock, backward_blocks, keys_down, values_down
+from linattn_verify.delta.sweep import (
+    AdjointBlock,
+    adjoint_products,
+    backward_blocks,
+    keys_down,
+    values_down,
+)
 from linattn_verify.typing import dtype_name
 
 GRADIENTS = ("q", "k", "v", "beta", "g", "initial_state")
@@ -129,14 +135,9 @@ def sequence_gradients(
     grads = gradient_rows(seq)
     raw = (raw_q, raw_k) if l2norm_qk else None
     for blk in backward_blocks(seq, scale, do, dS_T):
-        span = slice(blk.start, blk.stop)
-        k, beta = seq.k[:, span], seq.beta[:, span, None]
-        lam_k = keys_down(blk.Lam, k)
-        Lam_p = None
-        if seq.g is not None:
-            Lam_p = blk.Lam - (beta * k)[..., None] * lam_k[:, :, None, :]
+        lam_k, Lam_p = adjoint_products(seq, blk)
         for name, grad in block_gradients(seq, scale, do, blk, lam_k, Lam_p, raw).items():
-            grads[name][:, span] = grad
+            grads[name][:, blk.start : blk.stop] = grad
         dS_T = blk.Lam_before
     grads["initial_state"] = dS_T
     return grads

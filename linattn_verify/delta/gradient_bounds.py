@@ -76,6 +76,7 @@ from linattn_verify.delta.reference import DeltaSequence, group_size
 from linattn_verify.delta.sweep import (
     AdjointBlock,
     Checkpoints,
+    adjoint_products,
     backward_blocks,
     block_tokens,
     decay_factors,
@@ -130,8 +131,8 @@ def _sequence(
     for blk in backward_blocks(seq, scale, do, dS_T, n, kept.states):
         span = slice(blk.start, blk.stop)
         reads = _AdjointReads.of(seq, blk)
-        Lam_p = None if seq.g is None else reads.Lam_p
-        for name, grad in block_gradients(seq, scale, do, blk, reads.lam_k, Lam_p, raw_qk).items():
+        exact = block_gradients(seq, scale, do, blk, reads.lam_k, reads.Lam_p, raw_qk)
+        for name, grad in exact.items():
             grads[name][:, span] = grad
         F_all, F = _adjoint_errors(seq, scale, do, blk, reads, F, units, c)
         before = summed[blk.start // n] if stored else None
@@ -226,21 +227,22 @@ class _AdjointReads:
     """What the bounds of a block read of its exact adjoints ``[H, n, ...]``."""
 
     Lam_abs: torch.Tensor  # |Λ_t| [H, n, K, V]
-    Lam_p: torch.Tensor  # Λ'_t = Λ_t - β k (k^T Λ_t) [H, n, K, V]
     lam_k: torch.Tensor  # Λ_t^T k_t [H, n, V]
     lam_k_mag: torch.Tensor  # |Λ_t|^T |k_t|
+    Lam_p: torch.Tensor | None  # Λ'_t = Λ_t - β k (k^T Λ_t) [H, n, K, V], with a gate only
+    Lam_p_abs: torch.Tensor | None  # |Λ'_t|, read by F's local error and by dg's bound
 
     @classmethod
     def of(cls, seq: DeltaSequence, blk: AdjointBlock) -> _AdjointReads:
-        span = slice(blk.start, blk.stop)
-        k, beta = seq.k[:, span], seq.beta[:, span, None]
-        lam_k = keys_down(blk.Lam, k)
+        k = seq.k[:, blk.start : blk.stop]
+        lam_k, Lam_p = adjoint_products(seq, blk)
         Lam_abs = blk.Lam.abs()
         return cls(
             Lam_abs=Lam_abs,
-            Lam_p=blk.Lam - (beta * k)[..., None] * lam_k[:, :, None, :],
             lam_k=lam_k,
             lam_k_mag=keys_down(Lam_abs, k.abs()),
+            Lam_p=Lam_p,
+            Lam_p_abs=None if Lam_p is None else Lam_p.abs(),
         )
 
 
@@ -269,8 +271,8 @@ def _adjoint_errors(
     local.addcmul_(
         (beta * k.abs())[..., None] * ((g6 + 2 * c.eps_k) * d), reads.lam_k_mag[:, :, None, :]
     )
-    if seq.g is not None:
-        local.addcmul_(reads.Lam_p.abs(), c.eps_d[:, span, None, None] * d + c.under_d)
+    if reads.Lam_p_abs is not None:  # a gate
+        local.addcmul_(reads.Lam_p_abs, c.eps_d[:, span, None, None] * d + c.under_d)
     first = max(blk.start - 1, 0)
     q_prev = seq.q[:, first : blk.stop - 1].abs()
     do_prev = do[:, first : blk.stop - 1].abs()
@@ -350,12 +352,12 @@ def _block_bounds(
     )
     bounds = {"q": (dq_b, dq_mag), "k": (dk_b, dk_mag), "v": (dv_b, dv_mag)}
     bounds["beta"] = (db_b, db_mag)
-    if gated:
+    Lam_p_abs = reads.Lam_p_abs
+    if Lam_p_abs is not None:  # a gate
         # dg_i = Σ_j S'_ij Λ'_ij. Λ' = Λ - β k (k^T Λ) can cancel (β ||k||² = 1): its rounding
         # scales with the terms |Λ| + β |k| (|k|^T |Λ|); its error δΛ' = F (1 + β |k_i| ||k||).
         beta_k = beta * k_abs
         dg_mag = (Sp_abs * Lam_abs).sum(-1) + beta_k * Sp_lam_k
-        Lam_p_abs = reads.Lam_p.abs()
         sigma_Lam_p = (
             max_d * values_down(Lam_p_abs, Ep)
             + eps_d * (Sp_abs * Lam_p_abs).sum(-1)

@@ -75,6 +75,23 @@ def values_down(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x * y[:, :, None, :]).sum(-1)
 
 
+def adjoint_products(
+    seq: DeltaSequence, blk: AdjointBlock
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Λ_t^T k_t ``[H, n, V]`` of a block, and Λ'_t = Λ_t - β_t k_t (k_t^T Λ_t).
+
+    Λ'_t ``[H, n, K, V]`` is formed under a gate only (dg and the decay's error read it);
+    without one it is `None`, a whole pass over the block saved.
+    """
+    span = slice(blk.start, blk.stop)
+    k = seq.k[:, span]
+    lam_k = keys_down(blk.Lam, k)
+    if seq.g is None:
+        return lam_k, None
+    beta = seq.beta[:, span, None]
+    return lam_k, blk.Lam - (beta * k)[..., None] * lam_k[:, :, None, :]
+
+
 def block_tokens(seq: DeltaSequence) -> int:
     """Tokens per block of ``seq`` (`BLOCK_ELEMENTS`)."""
     H, K, V = seq.S0.shape
@@ -215,6 +232,7 @@ __all__ = [
     "AdjointBlock",
     "Checkpoints",
     "StateBlock",
+    "adjoint_products",
     "backward_blocks",
     "block_tokens",
     "decay_factors",
