@@ -59,6 +59,7 @@ from linattn_verify.delta.reference import (
     DeltaSequence,
     forward_substitution_inverse,
     group_size,
+    pair_scores,
     pair_weights,
     per_sequence,
     sequence_groups,
@@ -374,8 +375,8 @@ def _chunk_terms(
         eps_w = (2 * units.gamma(c + 1) + 2.4 * u) * Gmax + 4 * u
     w_strict = pair_weights(G, strict=True, vector=True)  # [H, N, c, c, K or 1]
     w_incl = pair_weights(G, strict=False, vector=True)
-    L_abs = beta * _pair_sums(k.abs(), k.abs(), w_strict)
-    L_off = beta * _pair_sums(k, k, w_strict)
+    L_abs = beta * pair_scores(k.abs(), k.abs(), w_strict)
+    L_off = beta * pair_scores(k, k, w_strict)
     eye = torch.eye(c, dtype=q.dtype, device=q.device)
     T = forward_substitution_inverse(eye + L_off)
     eG = torch.exp(G)
@@ -393,20 +394,13 @@ def _chunk_terms(
         U=T @ (beta * v),
         R1=bare_k * eG,
         R2=beta * v.abs(),
-        P=_pair_sums(q.abs(), k.abs(), w_incl),
-        A_qk=_pair_sums(q, k, w_incl),
+        P=pair_scores(q.abs(), k.abs(), w_incl),
+        A_qk=pair_scores(q, k, w_incl),
         L_bare=(bare_k @ k.abs().transpose(-1, -2)).tril(-1),
         bare_k=bare_k,
         eps_w=eps_w,
         eps_k=units.l2norm(K, l2norm_qk),
     )
-
-
-def _pair_sums(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Σ_m a_im b_jm w_ijm ``[..., c, c]``; w ``[..., c, c, K]``, or ``[..., c, c, 1]``."""
-    if w.shape[-1] == 1:
-        return (a @ b.transpose(-1, -2)) * w[..., 0]
-    return (a[..., :, None, :] * b[..., None, :, :] * w).sum(-1)
 
 
 def _chunk_outputs(

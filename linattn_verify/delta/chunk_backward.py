@@ -27,6 +27,7 @@ from linattn_verify.delta.inverse import InverseKind, inverse_magnitude
 from linattn_verify.delta.reference import (
     DeltaSequence,
     forward_substitution_inverse,
+    pair_scores,
     pair_weights,
 )
 
@@ -100,13 +101,6 @@ def jvp(
         warnings.simplefilter("ignore", DeprecationWarning)
         out: Any = _torch_jvp(f, primals, tangents)
     return out[0], out[1]
-
-
-def pair_scores(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Σ_m a_im b_jm w_ijm ``[H, c, c]``; w ``[H, c, c, K]`` or ``[H, c, c, 1]`` (one decay)."""
-    if w.shape[-1] == 1:
-        return (a @ b.transpose(-1, -2)) * w[..., 0]
-    return torch.einsum("him,hjm,hijm->hij", a, b, w)
 
 
 def _pair_rows(P: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -406,5 +400,4 @@ __all__ = [
     "chunk_states",
     "evaluate",
     "jvp",
-    "pair_scores",
 ]

@@ -139,7 +139,6 @@ from linattn_verify.delta.chunk_backward import (
     chunk_states,
     evaluate,
     jvp,
-    pair_scores,
 )
 from linattn_verify.delta.gradient_assembly import (
     assemble_gradient_bounds,
@@ -149,7 +148,7 @@ from linattn_verify.delta.gradient_assembly import (
 from linattn_verify.delta.inverse import InverseKind, inverse_kind
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
-from linattn_verify.delta.reference import DeltaSequence, group_size
+from linattn_verify.delta.reference import DeltaSequence, group_size, pair_scores
 from linattn_verify.typing import dtype_name
 
 

@@ -350,6 +350,17 @@ def pair_weights(G: torch.Tensor, *, strict: bool, vector: bool) -> torch.Tensor
     return torch.where(mask, torch.exp(torch.where(mask, diff, 0.0)), 0.0)
 
 
+def pair_scores(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Σ_m a_im b_jm w_ijm ``[..., c, c]`` for the weights of `pair_weights`.
+
+    w is ``[..., c, c, K]``, or ``[..., c, c, 1]`` under one decay for every key dimension (no
+    gate, or a scalar gate): then the sum is a matrix product.
+    """
+    if w.shape[-1] == 1:
+        return (a @ b.transpose(-1, -2)) * w[..., 0]
+    return torch.einsum("...im,...jm,...ijm->...ij", a, b, w)
+
+
 def _chunked(seq: DeltaSequence, scale: float, C: int) -> SequenceResult:
     H, L, _ = seq.q.shape
     S = seq.S0  # [H, K, V]
@@ -405,6 +416,7 @@ __all__ = [
     "delta_recurrent",
     "forward_substitution_inverse",
     "intermediate_range",
+    "pair_scores",
     "pair_weights",
     "recurrent_sequence",
     "require_delta_problem",
