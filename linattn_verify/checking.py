@@ -26,6 +26,7 @@ from typing import Any
 from linattn_verify.core.draws import seeded_draws
 from linattn_verify.core.family import family_of
 from linattn_verify.core.loading import KernelTimeout, load_target, with_timeout
+from linattn_verify.core.reuse import reusing_results
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.results import CaseRecord, PropertyVerdict
@@ -254,7 +255,24 @@ def _reach(
     started: float,
     seconds: float,
 ) -> None:
-    """Run the size reach within ``seconds``; each item is one more example of its property."""
+    """Run the size reach within ``seconds``; each item is one more example of its property.
+
+    The items of a size judge the same case (the backward pass and the forward reruns after the
+    forward pass): its forward bounds are computed once (`linattn_verify.core.reuse`).
+    """
+    with reusing_results():
+        _walk_reach(kernel, properties, search, verdicts, listener, started, seconds)
+
+
+def _walk_reach(
+    kernel: Kernel,
+    properties: Mapping[str, Callable[..., Any]],
+    search: SearchSettings,
+    verdicts: dict[str, PropertyVerdict],
+    listener: CheckListener,
+    started: float,
+    seconds: float,
+) -> None:
     from linattn_verify.reach import ReachRun, reach_plan
     from linattn_verify.running import check_property, record_of
 

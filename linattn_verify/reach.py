@@ -57,8 +57,9 @@ LONG_HEAD_DIM = 128
 LONG_SEQ_LENS = (1024, 4096, 16384)
 """T of the long-sequence, large-head items."""
 
-DENSE_COST_TOKENS = 1024
-"""Up to this T a case's bounds cost ~T² (dense pair matrices), beyond it ~T (a block scan)."""
+DENSE_COST_TOKENS = 512
+"""Up to this T a case's bounds cost ~T² (dense pair matrices), beyond it ~T (a block scan):
+the linear family's `DENSE_TOKENS`."""
 
 DEFAULT_CHUNK = 64
 """The chunk boundary checked for a kernel that declares no chunk size."""

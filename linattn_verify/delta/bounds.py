@@ -51,6 +51,7 @@ import torch
 
 from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.judging import bound_on, judging_device, problem_on
+from linattn_verify.core.reuse import reused
 from linattn_verify.core.rounding import UNIT_ROUNDOFF, gamma
 from linattn_verify.delta.inverse import InverseKind, inverse_kind, inverse_magnitude
 from linattn_verify.delta.kernel import DeltaRecipe
@@ -519,8 +520,20 @@ def forward_bounds(
 
     Returns:
         `TensorBound` by tensor name: the oracle's value, the bound B, the magnitude M (the
-        same sums on absolute values: the scale ρ = err / (u M) is measured on).
+        same sums on absolute values: the scale ρ = err / (u M) is measured on). Within
+        `linattn_verify.core.reuse.reusing_results` (the size reach): the result of the last
+        call if its arguments were equal (the caller must not write into it).
     """
+    return reused(
+        "delta.forward_bounds",
+        (problem, recipe, causal_exact),
+        lambda: _forward_bounds(problem, recipe, causal_exact),
+    )
+
+
+def _forward_bounds(
+    problem: DeltaProblem, recipe: DeltaRecipe, causal_exact: bool
+) -> dict[str, TensorBound]:
     B, T, H, K, V = problem.shape
     units = Units.of(recipe, problem.q.dtype)
     home = problem.q.device

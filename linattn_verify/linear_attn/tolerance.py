@@ -76,6 +76,7 @@ import torch
 from linattn_verify.core.bound import Residual, TensorBound, ZeroDenominator
 from linattn_verify.core.judging import bound_on, judging_device
 from linattn_verify.core.placement import moved_to
+from linattn_verify.core.reuse import reused
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn._bounds.assembly import (
     GRADIENT_NAMES,
@@ -198,7 +199,27 @@ def forward_bounds(
         `ForwardBounds`: the absolute bound tensors (``o`` ``[B, T, H, V]``, ``final_state``
         ``[N, H, K, V]``, ``final_key_sum`` ``[N, H, K]``), and in ``tensors`` the full
         `TensorBound` of each (reference values, magnitudes, counts, residual pieces).
+        Within `linattn_verify.core.reuse.reusing_results` (the size reach): the result of the
+        last call if its arguments were equal (the caller must not write into it).
     """
+    key = (problem, recipe, zero_denominator, causal_exact, scan_block, head_group)
+    return reused(
+        "linear.forward_bounds",
+        key,
+        lambda: _forward_bounds(
+            problem, recipe, zero_denominator, causal_exact, scan_block, head_group
+        ),
+    )
+
+
+def _forward_bounds(
+    problem: Problem,
+    recipe: PrecisionRecipe,
+    zero_denominator: ZeroDenominator,
+    causal_exact: bool,
+    scan_block: int | None,
+    head_group: int | None,
+) -> ForwardBounds:
     p, units = _prepare(problem, recipe)
     groups = head_groups(p, head_group)
     V = p.v.shape[-1]
@@ -418,21 +439,10 @@ def backward_bounds(
     out_states = States(p.num_sequences, p.q.shape[2])
     counts: list[torch.Tensor] = []
     # One head group at a time (`_bounds.heads`), each written into the whole problem's tensors
-    # before the next group's intermediates are formed: first every group's reference gradients
-    # (p is the problem as the kernel sees it, in float64 on the judging device), so that the
-    # autograd graph never meets the bounds' outputs, then every group's bounds.
-    for h0, h1 in fb.groups or [(0, p.q.shape[2])]:
-        dfs = slice_cotangent(d_final_state, h0, h1)
-        grads = reference_gradients(slice_heads(p, h0, h1), do.narrow(2, h0, h1 - h0), dfs)
-        for name in list(grads):
-            ref = grads.pop(name)
-            head_dim = 1 if name in ("initial_state", "initial_key_sum") else 2
-            if name not in refs:
-                whole = list(ref.shape)
-                whole[head_dim] = p.q.shape[2]
-                refs[name] = ref.new_zeros(whole)
-            refs[name].narrow(head_dim, h0, h1 - h0).copy_(ref)
-            del ref
+    # before the next group's intermediates are formed: first every group's bounds, then every
+    # group's reference gradients (p is the problem as the kernel sees it, in float64 on the
+    # judging device). In that order the bounds' working tensors (the peak) never meet the
+    # references, nor the autograd graph the bounds' outputs.
     for (h0, h1), group in _by_group(fb):
         pg = slice_heads(p, h0, h1)
         dfs = slice_cotangent(d_final_state, h0, h1)
@@ -449,6 +459,18 @@ def backward_bounds(
         for piece in group:
             piece.seq.forget_blocks()
             piece.seq.release_decays()
+    for h0, h1 in fb.groups or [(0, p.q.shape[2])]:
+        dfs = slice_cotangent(d_final_state, h0, h1)
+        grads = reference_gradients(slice_heads(p, h0, h1), do.narrow(2, h0, h1 - h0), dfs)
+        for name in list(grads):
+            ref = grads.pop(name)
+            head_dim = 1 if name in ("initial_state", "initial_key_sum") else 2
+            if name not in refs:
+                whole = list(ref.shape)
+                whole[head_dim] = p.q.shape[2]
+                refs[name] = ref.new_zeros(whole)
+            refs[name].narrow(head_dim, h0, h1 - h0).copy_(ref)
+            del ref
 
     def rows(key: str, last: int | None) -> torch.Tensor:
         x = out_rows.get(key, last or 1)

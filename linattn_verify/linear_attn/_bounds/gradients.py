@@ -93,25 +93,29 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, put: Pu
     WR_ka, WR_kerr, WR_rows = _contract(WR, ka, None if exact_k else seq.k_err)
     core_ka = core @ ka
     M_dqf = s * (WR_ka + w0[..., None] * R0)
-    B_dqf = s * (
-        core_ka
-        + dot_underflow * (W_tok @ ka)
-        + (0.0 if WR_kerr is None else WR_kerr)
-        + (Ub0 * w0)[..., None] * R0
-        + (w0 * delta_err)[..., None] * z0a[:, None, :] * nz
-        + w0[..., None] * adj.P0
-    )
-    B_dqf = B_dqf + C_dqf
-    WaR_ka = WaR @ ka
-    B_dqf = B_dqf + s * (WaR_ka + Wa0[..., None] * R0)
     M_dG = s * (qa * WR_ka).sum(-1)
     E_rows = (qa * core_ka).sum(-1) + c_E * WR_rows
     if not exact_q:
         E_rows = E_rows + (seq.q_err * WR_ka).sum(-1)
     if WR_kerr is not None:
         E_rows = E_rows + (qa * WR_kerr).sum(-1)
+    WaR_ka = WaR @ ka
     B_dG = s * E_rows + (at_least_one(seq.q_feat) * C_dqf).sum(-1) + s * (qa * WaR_ka).sum(-1)
-    del WR_ka, WR_kerr, WR_rows, core_ka, C_dqf, WaR_ka, E_rows
+    del WR_ka, WR_rows, E_rows
+    # The bound of dφ(q), accumulated in place in core_ka's tensor (a temporary of the size of
+    # dφ(q) per term otherwise: the peak of the whole evaluation).
+    B_dqf = core_ka
+    B_dqf.addcmul_(dot_underflow, W_tok @ ka)
+    if WR_kerr is not None:
+        B_dqf += WR_kerr
+    B_dqf += WaR_ka
+    del WR_kerr, WaR_ka
+    B_dqf.addcmul_((Ub0 * w0 + Wa0)[..., None], R0)
+    B_dqf.addcmul_((w0 * delta_err)[..., None], z0a[:, None, :], value=nz)
+    B_dqf.addcmul_(w0[..., None], adj.P0)
+    B_dqf *= s
+    B_dqf += C_dqf
+    del C_dqf, core_ka
     emit("q", *feature_chain(seq, "q", M_dqf, B_dqf))
     del M_dqf, B_dqf
     # dφ(k): contractions over rows t >= j, and the final state's share.
@@ -120,27 +124,28 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, put: Pu
     core_qa = core.transpose(-1, -2) @ qa
     final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # [H, L, K]
     M_dkf = s * WR_qa + wE[..., None] * final_k
-    B_dkf = (
-        s
-        * (
-            core_qa
-            + W_tok.transpose(-1, -2) @ (dot_underflow * qa)
-            + (0.0 if WR_qerr is None else WR_qerr)
-        )
-        + (wE * US)[..., None] * final_k
-    )
-    B_dkf = B_dkf + C_dkf
-    WaR_qa = WaR.transpose(-1, -2) @ qa
-    B_dkf = B_dkf + s * WaR_qa + WEa[..., None] * final_k
     M_dG = M_dG + s * (ka * WR_qa).sum(-1)
     E_cols = (ka * core_qa).sum(-1) + c_E * WR_cols
     if not exact_k:
         E_cols = E_cols + (seq.k_err * WR_qa).sum(-1)
     if WR_qerr is not None:
         E_cols = E_cols + (ka * WR_qerr).sum(-1)
+    del WR_qa, WR_cols
+    WaR_qa = WaR.transpose(-1, -2) @ qa
     B_dG = B_dG + s * E_cols + (at_least_one(seq.k_feat) * C_dkf).sum(-1)
     B_dG = B_dG + s * (ka * WaR_qa).sum(-1)
-    del WR_qa, WR_qerr, WR_cols, core_qa, C_dkf, WaR_qa, E_cols, final_k, core, WR, WaR, R
+    del E_cols, core, WR, WaR, R
+    # dφ(k)'s bound, in place in core_qa's tensor (as dφ(q)'s).
+    B_dkf = core_qa
+    B_dkf += W_tok.transpose(-1, -2) @ (dot_underflow * qa)
+    if WR_qerr is not None:
+        B_dkf += WR_qerr
+    B_dkf += WaR_qa
+    del WR_qerr, WaR_qa
+    B_dkf *= s
+    B_dkf.addcmul_((wE * US + WEa)[..., None], final_k)
+    B_dkf += C_dkf
+    del C_dkf, core_qa, final_k
     emit("k", *feature_chain(seq, "k", M_dkf, B_dkf))
     del M_dkf, B_dkf
     # dv: Σ_t w_tj |A_tj| ζ_t |do_t| and Σ_t w_tj |A_tj| (the adjoint dN's weight).
