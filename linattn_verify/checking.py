@@ -280,7 +280,7 @@ def _walk_reach(
     plan = reach_plan(kernel, tuple(properties), max_seq_len=search.max_seq_len)
     run = ReachRun(plan, max(seconds, 0.0))
     reach_started = time.perf_counter()
-    reached = {"T": 0, "K": 0, "items": 0}
+    reached = {"T": 0, "K": 0, "H": 0, "items": 0}
     for item in run.walk(lambda: time.perf_counter() - reach_started):
         name = item.property
         if not verdicts[name].ok:
@@ -316,16 +316,20 @@ def _walk_reach(
             # A bound that certified nothing here certifies nothing at larger sizes either.
             decided = result.status != "ill_conditioned"
             if result.status != "not_applicable":
-                reached.update(T=max(reached["T"], spec.T), K=max(reached["K"], spec.K, spec.V))
+                reached.update(
+                    T=max(reached["T"], spec.T),
+                    K=max(reached["K"], spec.K, spec.V),
+                    H=max(reached["H"], spec.H),
+                )
         run.record(item, time.perf_counter() - item_started, decided=decided)
         reached["items"] += 1
         _settle(verdicts, verdict, item_started, listener)
         if search.fail_fast and not verdict.ok:
             break
-    skipped = sorted({(i.size.T, i.size.K, i.size.V) for i in run.skipped})
+    skipped = sorted({(i.size.T, i.size.K, i.size.V, i.size.H) for i in run.skipped})
     listener.progress(
         f"  size reach: {reached['items']} runs in {time.perf_counter() - reach_started:.1f} s, "
-        f"largest T {reached['T']}, largest head dim {reached['K']}"
+        f"largest T {reached['T']}, largest head dim {reached['K']}, most heads {reached['H']}"
         + (f"; {len(skipped)} sizes left for a larger budget" if skipped else "")
     )
 

@@ -11,7 +11,9 @@ boundaries, cheapest first:
   the powers of two from 256 to 65,536 (n and n + 1), at a realistic head dim;
 * K and V around 16, 32, 64, 128, 256 and the declared maximum (d, d + 1 on either side), at
   T = C + 1;
-* long sequences with large heads (T = 1024, 4096 and 16,384 at K = V = 128).
+* long sequences with large heads (T = 1024, 4096 and 16,384 at K = V = 128);
+* many heads (H = 16 at T = C + 1, 4096 and 65,536): grids and offsets that span heads, which
+  the other sizes' H = 2 exercise only once.
 
 `ReachRun` walks the plan's (size, property) items in order and runs an item only when its cost,
 predicted from the last measured item of the same property, fits in what is left of the reach's
@@ -65,7 +67,13 @@ DEFAULT_CHUNK = 64
 """The chunk boundary checked for a kernel that declares no chunk size."""
 
 REACH_HEADS = 2
-"""H of every reach case: a head stride is exercised without doubling the cost of long ones."""
+"""H of the reach's cases: a head stride is exercised without doubling the cost of long ones."""
+
+MANY_HEADS = 16
+"""H of the many-heads items (production models run 16 to 64)."""
+
+MANY_HEADS_SEQ_LENS = (4096, 65536)
+"""T of the many-heads items besides one past the smallest chunk (K = V = `SEQ_HEAD_DIM`)."""
 
 RERUNS = 3
 """Extra forward runs at each size where the work is split (T > C): four calls in all."""
@@ -76,7 +84,7 @@ PROPERTIES = ("outputs_match_oracle", "gradients_match_oracle")
 
 @dataclass(frozen=True)
 class Size:
-    """A (T, K, V) of the reach, why it is there, and whether to rerun the forward pass there.
+    """A (T, K, V, H) of the reach, why it is there, and whether to rerun the forward pass there.
 
     ``rerun`` marks the sequence-length sizes past the smallest chunk (the work is split across
     chunks or programs), where `reach_plan` repeats the forward pass `RERUNS` times.
@@ -87,11 +95,13 @@ class Size:
     V: int
     why: str
     rerun: bool = False
+    H: int = REACH_HEADS
 
     @property
     def work(self) -> float:
-        """The cost model: bounds ~T² up to `DENSE_COST_TOKENS` and ~T beyond, kernel ~ T·K·V."""
-        return float(self.T * min(self.T, DENSE_COST_TOKENS) + self.T * self.K * self.V / 32)
+        """Cost model per head: bounds ~T² up to `DENSE_COST_TOKENS`, ~T beyond; kernel ~T·K·V."""
+        per_head = self.T * min(self.T, DENSE_COST_TOKENS) + self.T * self.K * self.V / 32
+        return float(per_head * self.H / REACH_HEADS)
 
 
 @dataclass(frozen=True)
@@ -126,11 +136,11 @@ def boundary_sizes(kernel: Any, *, max_seq_len: int | None = None) -> tuple[Size
     chunks = chunk_sizes(kernel)
     split_T = min(chunks) + 1
     head = max(lo, min(SEQ_HEAD_DIM, hi))
-    sizes: dict[tuple[int, int, int], Size] = {}
+    sizes: dict[tuple[int, int, int, int], Size] = {}
 
-    def add(T: int, K: int, V: int, why: str, rerun: bool = False) -> None:
+    def add(T: int, K: int, V: int, why: str, rerun: bool = False, H: int = REACH_HEADS) -> None:
         if 1 <= T <= top_T and lo <= min(K, V) and max(K, V) <= hi:
-            sizes.setdefault((T, K, V), Size(T, K, V, why, rerun))
+            sizes.setdefault((T, K, V, H), Size(T, K, V, why, rerun, H))
 
     for C in chunks:
         for seq_len in (C, C + 1, 2 * C + 1):
@@ -145,7 +155,9 @@ def boundary_sizes(kernel: Any, *, max_seq_len: int | None = None) -> tuple[Size
     for T in LONG_SEQ_LENS:
         big = max(lo, min(LONG_HEAD_DIM, hi))
         add(T, big, big, "a long sequence with large heads")
-    return tuple(sorted(sizes.values(), key=lambda s: (s.work, s.T, s.K, s.V)))
+    for T in (split_T, *MANY_HEADS_SEQ_LENS):
+        add(T, head, head, f"{MANY_HEADS} heads", H=MANY_HEADS)
+    return tuple(sorted(sizes.values(), key=lambda s: (s.work, s.T, s.K, s.V, s.H)))
 
 
 def reach_plan(
@@ -224,6 +236,7 @@ class ReachRun:
 
 __all__ = [
     "HEAD_DIM_MARKS",
+    "MANY_HEADS",
     "MAX_SEQ_LEN",
     "PROPERTIES",
     "RERUNS",

@@ -3,7 +3,8 @@
 
 What models run at long T: unit keys (or raw keys the kernel normalises), sigmoid write
 strengths, and a mild gate (a gated kernel), so the state carries information across every
-chunk boundary instead of being forgotten within a few tokens; B = 1 and H = 2.
+chunk boundary instead of being forgotten within a few tokens; B = 1 and H = 2 (16 at the
+many-heads sizes).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def delta_reach_case(kernel: DeltaKernel, size: Size, seed: int) -> DeltaCase:
     start).
     """
     cap = kernel.capabilities
-    rng = random.Random(seed * 1_000_003 + size.T * 4099 + size.K * 257 + size.V)
+    rng = random.Random(
+        seed * 1_000_003 + size.T * 4099 + size.K * 257 + size.V + (size.H - REACH_HEADS) * 7919
+    )
     dtype = rng.choice([d for d in cap.dtypes if d in DTYPE_NAMES])
     gate = next(g for g in ("scalar", "vector", "none") if g in cap.gates)
     l2norm = rng.choice(cap.l2norm_qk)
@@ -36,7 +39,7 @@ def delta_reach_case(kernel: DeltaKernel, size: Size, seed: int) -> DeltaCase:
     return DeltaCase(
         B=1,
         T=size.T if seq_lens is None else sum(seq_lens),
-        H=REACH_HEADS,
+        H=size.H,
         K=size.K,
         V=size.V,
         dtype=dtype,

@@ -29,12 +29,15 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
 
     Normal values (positive q, k for a normalized kernel without a feature map of its own, so
     its denominators do not cancel), decays that keep the state alive across the whole sequence
-    (mild or zero), the initial and final state where the kernel takes them; B = 1 and H = 2,
-    so that a head stride is exercised without doubling the cost of long sequences. For a varlen
+    (mild or zero), the initial and final state where the kernel takes them; B = 1 and H = 2 (16
+    at the many-heads sizes), so that a head stride is exercised without doubling the cost of
+    long sequences. For a varlen
     kernel, half the cases pack the sequence of length T behind two short ones.
     """
     cap = kernel.capabilities
-    rng = random.Random(seed * 1_000_003 + size.T * 4099 + size.K * 257 + size.V)
+    rng = random.Random(
+        seed * 1_000_003 + size.T * 4099 + size.K * 257 + size.V + (size.H - REACH_HEADS) * 7919
+    )
     dtypes = [d for d in cap.dtypes if d in DTYPES]
     odd = size.K % 2 or size.V % 2
     dtype = rng.choice([d for d in dtypes if not (odd and d in cap.even_head_dims)] or dtypes)
@@ -65,7 +68,7 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
     spec = ProblemSpec(
         B=1,
         T=size.T if segments is None else sum(segments),
-        H=REACH_HEADS,
+        H=size.H,
         K=K,
         V=size.V,
         dtype=dtype,

@@ -11,12 +11,14 @@ import pytest
 from linattn_properties._support import judged
 
 from linattn_verify.checking import SLICES, CheckListener, SearchSettings, check_kernel
+from linattn_verify.core.family import family_of
 from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.linear_attn.reach import (
     REACH_MAX_FEATURES,
     reach_spec,
 )
 from linattn_verify.reach import (
+    MANY_HEADS,
     MAX_SEQ_LEN,
     RERUNS,
     Item,
@@ -53,6 +55,10 @@ def test_sizes_straddle_every_boundary() -> None:
     assert {256, 257, 512, 513, 1024, 1025, 2048, 2049, 4096, 4097, 16384, 32769} <= Ts
     assert max(Ts) == MAX_SEQ_LEN == 65536
     assert (16384, 128, 128) in {(s.T, s.K, s.V) for s in sizes}, "long and large"
+    # Many heads: one past the chunk, long, and the longest.
+    many = {(s.T, s.K, s.V) for s in sizes if s.H == MANY_HEADS}
+    assert many == {(65, 64, 64), (4096, 64, 64), (65536, 64, 64)}
+    assert all(s.H in (2, MANY_HEADS) for s in sizes)
     dims = {(s.K, s.V) for s in sizes}
     for d in (16, 32, 64, 128, 256):
         assert (d, d) in dims
@@ -108,6 +114,7 @@ def test_reach_specs_are_supported_realistic_and_reproducible() -> None:
         problem = kernel.prepare(spec.build())
         assert kernel.supports(problem) is None, spec
         assert spec.V == size.V
+        assert spec.H == size.H
         if spec.feature_map in LIFTED_MAPS:
             # A lifted map's state has F rows: its K is capped so that F stays within reach.
             assert spec.K <= size.K or spec.K == 2
@@ -203,7 +210,7 @@ def test_reach_reports_the_sizes_it_checked(tmp_path: Path) -> None:
     assert max(T for T, _, _ in listener.cases) == 257, "the cap, not the drawn 32, bounds T"
     # torch/chunk declares K, V <= 256: the reach goes to the declared maximum, not past it.
     assert max(max(K, V) for _, K, V in listener.cases) == 256
-    assert "largest T 257, largest head dim 256" in line
+    assert "largest T 257, largest head dim 256, most heads 16" in line
 
 
 def test_a_property_whose_bound_certified_nothing_gives_its_time_to_the_others() -> None:
@@ -220,3 +227,13 @@ def test_a_property_whose_bound_certified_nothing_gives_its_time_to_the_others()
         ("outputs", 256), ("outputs", 512),
     ]  # fmt: skip
     assert [(i.property, i.size.T) for i in run.skipped] == [("gradients", 256), ("gradients", 512)]
+
+
+def test_delta_reach_cases_have_the_size_s_heads_and_dims() -> None:
+    kernel = get_kernel("torch/delta.chunk")
+    family = family_of(kernel)
+    for size in boundary_sizes(kernel, max_seq_len=600):  # type: ignore[arg-type]
+        case = family.reach_case(kernel, size, 3)
+        assert (case.H, case.K, case.V) == (size.H, size.K, size.V)
+        longest = case.T if case.seq_lens is None else max(case.seq_lens)
+        assert longest == size.T

@@ -128,26 +128,27 @@ def test_reused_forward_bounds_equal_fresh_ones() -> None:
 def test_the_reach_forms_each_case_s_forward_bounds_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    formed: list[tuple[int, int, int]] = []
+    formed: list[tuple[int, int, int, int]] = []
     original = tolerance._forward_bounds
 
     def counting(problem, *args):  # type: ignore[no-untyped-def]
-        formed.append((problem.q.shape[1], problem.q.shape[3], problem.v.shape[3]))
+        formed.append((problem.q.shape[1], *problem.q.shape[2:], problem.v.shape[3]))
         return original(problem, *args)
 
     monkeypatch.setattr(tolerance, "_forward_bounds", counting)
-    judged: list[tuple[str, tuple[int, int, int]]] = []
+    judged: list[tuple[str, tuple[int, int, int, int]]] = []
 
     def forward(spec, kernel):  # type: ignore[no-untyped-def]
-        judged.append(("forward", (spec.T, spec.K, spec.V)))
+        judged.append(("forward", (spec.T, spec.H, spec.K, spec.V)))
         return outputs_match_oracle(spec, kernel)
 
     def backward(spec, kernel):  # type: ignore[no-untyped-def]
-        judged.append(("backward", (spec.T, spec.K, spec.V)))
+        judged.append(("backward", (spec.T, spec.H, spec.K, spec.V)))
         return gradients_match_oracle(spec, kernel)
 
     properties = {"outputs_match_oracle": forward, "gradients_match_oracle": backward}
-    # Chunks of 16 and heads up to 16: the whole plan is T = 16, 17 and 33 at K = V = 16.
+    # Chunks of 16 and heads up to 16: the whole plan is T = 16, 17 and 33 at K = V = 16, and
+    # T = 17 with 16 heads.
     kernel = get_kernel("torch/chunk")
     cap = replace(kernel.capabilities, chunk_sizes=(16,), max_head_dim=16)
     kernel = replace(kernel, capabilities=cap)
@@ -155,10 +156,14 @@ def test_the_reach_forms_each_case_s_forward_bounds_once(
     search = SearchSettings(budget=10.0, failures_dir=tmp_path, max_seq_len=65)
     _reach(kernel, properties, search, verdicts, CheckListener(), time.perf_counter(), 60.0)
     assert all(v.ok for v in verdicts.values())
-    # Past the chunk size the forward pass is judged four times per case, the backward once.
+    # Past the chunk size (T = 17 and 33, H = 2) the forward pass is judged four times per case,
+    # elsewhere once; the backward pass once everywhere. A case is (T, H, K, V) as drawn (a
+    # varlen case packs more tokens, a lifted map takes a smaller K).
     judgings = Counter(judged)
-    sizes = sorted({case for _, case in judged})
-    assert [judgings["forward", case] for case in sizes] == [1, 1 + RERUNS, 1 + RERUNS]
-    assert [judgings["backward", case] for case in sizes] == [1, 1, 1]
+    cases = {case for _, case in judged}
+    assert len(cases) == 4
+    forward = sorted(judgings["forward", case] for case in cases)
+    assert forward == [1, 1, 1 + RERUNS, 1 + RERUNS]
+    assert all(judgings["backward", case] == 1 for case in cases)
     # One forward bound per case, however many items judged it.
     assert sorted(formed) == sorted({case for _, case in judged})
