@@ -132,15 +132,16 @@ def backward_pieces(
     for it), or with `None` are collected and returned, one dictionary per sequence.
     """
     dS, dz = split_final_cotangent(d_final_state, p)
-    do64 = do.to(torch.float64)
+    # |do| in float64, a copy (never the caller's tensor written in place): all the bounds read.
+    do_abs = do.to(torch.float64, copy=True).abs_()
     H, F, V = p.q.shape[2], p.feature_dim, p.v.shape[-1]
     backward = vector_backward_sequence if p.vector_gate else backward_sequence
     collected: list[dict[str, torch.Tensor]] = []
     for i, (piece, (n, b, start, end)) in enumerate(zip(pieces, p.sequences(), strict=True)):
         ct = Cotangents(
-            do=do64[b, start:end].transpose(0, 1),
-            dS=dS[n] if dS is not None else do64.new_zeros(H, F, V),
-            dz=dz[n] if dz is not None else do64.new_zeros(H, F),
+            do_abs=do_abs[b, start:end].transpose(0, 1),
+            dS=dS[n] if dS is not None else do_abs.new_zeros(H, F, V),
+            dz=dz[n] if dz is not None else do_abs.new_zeros(H, F),
         )
         if sinks is not None:
             backward(piece, ct, p.normalize, sinks[i])

@@ -20,9 +20,13 @@ from linattn_verify.linear_attn._bounds.units import Units
 
 @dataclass(frozen=True)
 class Cotangents:
-    """Cotangents of one sequence: do ``[H, L, V]``, dS_T ``[H, K, V]``, dz_T ``[H, K]``."""
+    """Cotangents of one sequence: |do| ``[H, L, V]``, dS_T ``[H, K, V]``, dz_T ``[H, K]``.
 
-    do: torch.Tensor
+    The output's cotangent enters every gradient bound by its magnitude only: it is carried as
+    |do| (float64), one tensor where do and |do| would be two of the largest of a sequence.
+    """
+
+    do_abs: torch.Tensor
     dS: torch.Tensor
     dz: torch.Tensor
 
@@ -45,7 +49,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, put: Pu
     seq, u = f.seq, f.seq.units
     s, V = seq.scale, seq.V
     nz = float(normalize)
-    qa, ka, va, doa = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs(), ct.do.abs()
+    qa, ka, va, doa = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs(), ct.do_abs
     S0a, z0a = seq.S0.abs(), seq.z0.abs()
     dSa, dza = ct.dS.abs(), ct.dz.abs()
     # An exact feature map's errors are zero: their contractions are skipped (adding 0).
@@ -77,7 +81,7 @@ def backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, put: Pu
     adj = adjoint_errors(f, zeta, normalize)
     # The relative-error part of |dP| (counts, weights, e_Z), δ_t's error and the adjoints'.
     core = W_tok * (Ub_tok * R + delta_err[..., None] + adj.P)
-    lost = LostCharges(f, ct.do, ct.dS, ct.dz, zeta)
+    lost = LostCharges(f, ct.do_abs, ct.dS, ct.dz, zeta)
     # φ errors and underflow inside the K-dot, absolute errors of A_tj (before ζ), as dG's c_E.
     c_E = u.underflow * (seq.dot_length + 2)
     maxima: dict[str, torch.Tensor] = {}

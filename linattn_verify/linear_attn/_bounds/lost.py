@@ -50,7 +50,7 @@ class LostCharges:
     def __init__(
         self,
         f: ForwardPieces,
-        do: torch.Tensor,
+        do_abs: torch.Tensor,
         dS: torch.Tensor,
         dz: torch.Tensor,
         zeta: torch.Tensor,
@@ -59,10 +59,11 @@ class LostCharges:
         self.seq = seq
         self.c = seq.units.lost_intermediate
         self.s1 = max(1.0, seq.scale)
-        self.do, self.dS1, self.dz1 = do, at_least_one(dS), at_least_one(dz)
+        # max(1, |do|) is all a charge reads of the output's cotangent: |do| is given.
+        self.do_abs, self.dS1, self.dz1 = do_abs, at_least_one(dS), at_least_one(dz)
         self.z1 = at_least_one(zeta)  # [H, L, 1]
         # Σ_i max(1, |do_ti|) max(1, |o_ti|), [H, L, 1]
-        self.do_o1 = (at_least_one(do) * at_least_one(f.o)).sum(-1, keepdim=True)
+        self.do_o1 = (at_least_one(do_abs) * at_least_one(f.o)).sum(-1, keepdim=True)
 
     def _P1(self, do1: torch.Tensor) -> PairMatrix:
         """dP_tj's factor products summed over the value index, times max(1, ζ_t): pairs."""
@@ -72,7 +73,7 @@ class LostCharges:
     def dq(self) -> torch.Tensor:
         """The charge to dφ(q) ``[H, L, K]``."""
         seq = self.seq
-        do1 = at_least_one(self.do)
+        do1 = at_least_one(self.do_abs)
         S01, z01 = at_least_one(seq.S0), at_least_one(seq.z0)
         P0 = (do1 @ S01.transpose(-1, -2) + self.do_o1 * z01[:, None, :]) * self.z1
         mask: PairMatrix = seq.token_pairs()
@@ -84,7 +85,7 @@ class LostCharges:
     def dk(self) -> torch.Tensor:
         """The charge to dφ(k) ``[H, L, K]``."""
         seq = self.seq
-        do1 = at_least_one(self.do)
+        do1 = at_least_one(self.do_abs)
         final_k = at_least_one(seq.v) @ self.dS1.transpose(-1, -2) + self.dz1[:, None, :]
         mask: PairMatrix = seq.token_pairs()
         pairs = (mask * self._P1(do1)).transpose(-1, -2)
@@ -97,7 +98,7 @@ class LostCharges:
         k1 = at_least_one(seq.k_feat)
         A1 = seq.outer(at_least_one(seq.q_feat), k1)  # Σ_m of max1 factor products of q̃·k̃
         mask: PairMatrix = seq.token_pairs()
-        z_do = self.z1 * at_least_one(self.do)
+        z_do = self.z1 * at_least_one(self.do_abs)
         charge: torch.Tensor = self.c * (
             self.s1 * (mask * A1).transpose(-1, -2) @ z_do + k1 @ self.dS1
         )
@@ -106,7 +107,7 @@ class LostCharges:
     def states(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The charges to dS_0 ``[H, K, V]`` and dz_0 ``[H, K]``."""
         qz1 = at_least_one(self.seq.q_feat) * self.z1  # [H, L, K]
-        do1 = at_least_one(self.do)
+        do1 = at_least_one(self.do_abs)
         dS0 = self.c * (self.s1 * qz1.transpose(-1, -2) @ do1 + self.dS1)
         dz0 = self.c * (self.s1 * (qz1 * self.do_o1).sum(1) + self.dz1)
         return dS0, dz0

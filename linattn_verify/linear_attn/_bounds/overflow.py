@@ -52,7 +52,7 @@ class CotangentMagnitudes(Protocol):
     """The cotangents `backward_overflow` reads (`_bounds.gradients.Cotangents`)."""
 
     @property
-    def do(self) -> torch.Tensor: ...
+    def do_abs(self) -> torch.Tensor: ...
     @property
     def dS(self) -> torch.Tensor: ...
     @property
@@ -162,7 +162,7 @@ def backward_overflow(
     if (u.overflow_arith == math.inf and u.overflow_division == math.inf) or not seq.L:
         return spread
     grow = _growth(seq)
-    doa = ct.do.abs()
+    doa = ct.do_abs
     normalize = seq.problem.normalize
     # Rows whose denominator is (or may round to) 0 are judged by the zero-denominator rules.
     zeta = torch.where(f.bad[..., None] | (f.Z == 0), 0.0, 1.0 / f.Z.abs())[..., 0]  # [H, L]

@@ -25,7 +25,7 @@ the scan up to here: forward and gradient bounds at H = 2, K = V = 64 took 0.30 
 0.29 s scanned at L = 512, 1.1 s and 0.60 s at 1024); longer ones are evaluated by the block
 scan of `_bounds.pairwise`."""
 
-DENSE_VECTOR_TOKENS = 256
+DENSE_VECTOR_TOKENS = 64
 """The same for a vector gate, whose dense weights are [H, K, L, L+1]: O(L²K) (0.13 s dense,
 0.09 s scanned at L = 64; 0.37 s and 0.17 s at 128; 3.6 s and 1.0 s at 256)."""
 

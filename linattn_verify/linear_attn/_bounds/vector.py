@@ -16,6 +16,7 @@ are exp of the masked difference G_tm - G_jm, never exp(G_tm) / exp(G_jm).
 
 from __future__ import annotations
 
+from linattn_verify.linear_attn._bounds.pairwise import PairMatrix
 from linattn_verify.linear_attn._bounds.terms import MainTerms, SequenceTerms
 from linattn_verify.linear_attn._bounds.vector_weights import VectorWeights
 from linattn_verify.linear_attn.semantics import Problem
@@ -23,8 +24,14 @@ from linattn_verify.linear_attn.semantics import Problem
 
 def vector_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     """The gate-specific sums of the bound for a vector gate (docs/error-model.md §2.7)."""
+    # Imported here: `_bounds.lost` reads `_bounds.forward`'s pieces, which import this module.
+    from linattn_verify.linear_attn._bounds.lost import known_zero
+
     u = seq.units
     s = seq.scale
+    # ε_w of the final state's weights first, while little else is alive: its formation takes
+    # several [H*K, L+1] temporaries (it is kept by `seq` for the final-state terms below).
+    seq.eps_w_end  # noqa: B018
     vw = VectorWeights(seq)
     H, L, K = seq.H, seq.L, seq.K
     qa, ka, va = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs()
@@ -34,30 +41,44 @@ def vector_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     # The part of U_tjm common to every m, and its initial-state column per m.
     U_cnt = u.acc * count + u.per_term
     U0 = (u.acc * count[..., 0] + u.per_term).reshape(1, L, 1) + vw.first_weight_errors()
-    # Exact values (the float64 parallel form) and their magnitudes.
+    # Exact values (the float64 parallel form) and their magnitudes, one pair matrix at a time:
+    # each lazy one holds [H, L+1, K] column features (the error-weighted one three of them),
+    # freed once its sums are formed.
     A_w = vw.weighted(seq.q_feat, seq.k_feat)  # Σ_m φ(q)_tm φ(k)_jm w_tjm
-    absA_w = vw.weighted(qa, ka)  # |A|^w
-    absA = seq.outer(qa, ka)  # unweighted: the absolute (underflow) weight errors
     q_in = seq.q_feat * w0  # φ(q)_tm w_t0m
     N = p.scale * (A_w @ seq.v + q_in @ seq.S0)
+    Zsum = M_Zsum = B_Zsum = None
+    if p.normalize:
+        Zsum = p.scale * (A_w.sum(-1) + (q_in * seq.z0[:, None, :]).sum(-1))
+    del A_w, q_in
+    absA_w = vw.weighted(qa, ka)  # |A|^w
     M_N = s * (absA_w @ va + (qa * w0) @ S0a)
+    if p.normalize:
+        M_Zsum = s * (absA_w.sum(-1) + (qa * w0 * z0a[:, None, :]).sum(-1))
     # Per term (t, j): relative errors (counts, casts, weights per m), φ errors weighted per m,
     # underflow inside the m-sum (at most λ per operation, K + 2 of them, weighted or not),
     # and a weight that underflows in dimension m (λ per exp or product: W_abs per (t, j, m)).
-    Ephi_w = vw.weighted(seq.q_err, ka) + vw.weighted(qa, seq.k_err)
+    # An exact feature map's errors are zero: their weighted sums are skipped (adding 0).
+    phi_terms = [
+        vw.weighted(a, b)
+        for a, b, err in ((seq.q_err, ka, seq.q_err), (qa, seq.k_err, seq.k_err))
+        if not known_zero(err)
+    ]
+    Ephi_w: PairMatrix = sum(phi_terms[1:], phi_terms[0]) if phi_terms else 0.0
     Ephi_w = Ephi_w + u.underflow * (K + 2) * seq.token_pairs()
+    del phi_terms
+    absA = seq.outer(qa, ka)  # unweighted: the absolute (underflow) weight errors
     Wa_tok, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]  # [1, L, L], [1, L]
     term = (
         U_cnt[..., 1:] * absA_w + vw.weighted(qa, ka, error=True) + Ephi_w + Wa_tok * absA
     )  # [H, L, L]
+    del absA_w, absA, Ephi_w
     state_rel = (U0 * w0 + Wa0[..., None]) * qa  # [H, L, K]
     state_phi = w0 * seq.q_err
     B_N = s * (term @ va + state_rel @ S0a + state_phi @ S0a)
-    Zsum = M_Zsum = B_Zsum = None
     if p.normalize:
-        Zsum = p.scale * (A_w.sum(-1) + (q_in * seq.z0[:, None, :]).sum(-1))
-        M_Zsum = s * (absA_w.sum(-1) + (qa * w0 * z0a[:, None, :]).sum(-1))
         B_Zsum = s * (term.sum(-1) + ((state_rel + state_phi) * z0a[:, None, :]).sum(-1))
+    del term, state_rel, state_phi, U0, w0, vw
     # Final state and key sum: terms w_Tjm φ(k)_jm v_ji (no K-dot, no scale), ε_w(T, j, m).
     wE = seq.W_end.reshape(H, K, L + 1).transpose(1, 2)  # [H, L+1, K]
     U_S = (

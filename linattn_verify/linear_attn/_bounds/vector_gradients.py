@@ -50,7 +50,7 @@ def vector_backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, 
     s = seq.scale
     vw = VectorWeights(seq)
     H, L, K, V = seq.H, seq.L, seq.K, seq.V
-    qa, ka, va, doa = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs(), ct.do.abs()
+    qa, ka, va, doa = seq.q_feat.abs(), seq.k_feat.abs(), seq.v.abs(), ct.do_abs
     S0a, z0a = seq.S0.abs(), seq.z0.abs()
     dSa, dza = ct.dS.abs(), ct.dz.abs()
     # An exact feature map's errors are zero: their contractions are skipped (adding 0).
@@ -68,16 +68,23 @@ def vector_backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, 
     count = seq.K + seq.V + 10 + seq.acc_fwd + seq.acc_rev  # [L, L+1]
     U_c = u.acc * count + u.per_term + e_Z  # [H, L, L+1]: the part of U_tjm common to every m
     U_tok = U_c[..., 1:]
-    w0 = vw.first_weights()  # [H, L, K]
-    WU0 = w0 * (U_c[..., 0][..., None] + vw.first_weight_errors())  # w_t0m U_t0m
+
+    def initial_weights() -> tuple[torch.Tensor, torch.Tensor]:
+        """w_t0m and w_t0m U_t0m, ``[H, L, K]`` each (formed again where needed, not kept)."""
+        w0 = vw.first_weights()
+        return w0, w0 * (U_c[..., 0][..., None] + vw.first_weight_errors())
+
+    def state_errors() -> torch.Tensor:
+        """U_S of the final state's terms ``[H, L+1, K]`` (formed again where needed)."""
+        return (
+            u.acc * (seq.acc_state + seq.V + 4)[None, :, None]
+            + seq.eps_w_end.reshape(H, K, L + 1).transpose(1, 2)
+            + u.per_term
+        )
+
+    w0, WU0 = initial_weights()
     wE_all = seq.W_end.reshape(H, K, L + 1).transpose(1, 2)  # [H, L+1, K]
     wE0, wE = wE_all[:, 0], wE_all[:, 1:]  # [H, K], [H, L, K]
-    U_S = (
-        u.acc * (seq.acc_state + seq.V + 4)[None, :, None]
-        + seq.eps_w_end.reshape(H, K, L + 1).transpose(1, 2)
-        + u.per_term
-    )  # [H, L+1, K]
-    US0, US = U_S[:, 0], U_S[:, 1:]
     # Underflow inside the m-sum, unweighted (before or after the multiply by w <= 1), and in
     # do_t·v_j (absolute, before the division by Z_t), as in the scalar path.
     under_A = u.underflow * (K + 2) * seq.token_pairs()
@@ -89,7 +96,7 @@ def vector_backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, 
     Wa, Wa0 = seq.W_abs[..., 1:], seq.W_abs[..., 0]  # [1, L, L], [1, L]
     WEa, WEa0 = seq.W_end_abs[:, 1:], seq.W_end_abs[:, 0]
     WaR = Wa * R
-    lost = LostCharges(f, ct.do, ct.dS, ct.dz, zeta)
+    lost = LostCharges(f, ct.do_abs, ct.dS, ct.dz, zeta)
     # Underflow inside the m-sum of an A_tj (the P·dP algorithm), charged to every dimension.
     under_G = under_A * R
     maxima: dict[str, torch.Tensor] = {}
@@ -107,45 +114,59 @@ def vector_backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, 
     if not exact_k:
         Rerr_ka = Rerr_ka + vw.rows(R, seq.k_err)
     M_dqf = s * (R_ka + w0 * R0)
-    B_dqf = s * (
-        Rerr_ka + WU0 * R0 + nz * w0 * delta_err[..., None] * z0a[:, None, :] + w0 * adj.P0
-    )
+    B_dqf = Rerr_ka + WU0 * R0
+    B_dqf.add_(nz * w0 * delta_err[..., None] * z0a[:, None, :]).add_(w0 * adj.P0).mul_(s)
+    del w0, WU0  # formed again for the initial state's shares (`initial_weights`)
     WaR_ka = WaR @ ka
-    B_dqf = B_dqf + s * (WaR_ka + Wa0[..., None] * R0)
-    B_dqf = B_dqf + C_dqf
+    B_dqf.add_(s * (WaR_ka + Wa0[..., None] * R0)).add_(C_dqf)
     M_dG = s * qa * R_ka  # Σ_j |q̃_tm| w_tjm R_tj |k̃_jm|
     E_row = qa * Rerr_ka
     if not exact_q:
-        E_row = E_row + seq.q_err * R_ka
-    B_dG = s * E_row + s * under_G.sum(-1)[..., None]
-    B_dG = B_dG + s * qa * WaR_ka + at_least_one(seq.q_feat) * C_dqf
-    del R_ka, Rerr_ka, WaR_ka, C_dqf, E_row
+        E_row.add_(seq.q_err * R_ka)
+    del Rerr_ka
+    B_dG = E_row.mul_(s).add_(s * under_G.sum(-1)[..., None])
+    B_dG.add_(s * qa * WaR_ka).add_(at_least_one(seq.q_feat) * C_dqf)
+    del R_ka, WaR_ka, C_dqf, E_row
     emit("q", *feature_chain(seq, "q", M_dqf, B_dqf))
     del M_dqf, B_dqf
     C_dkf = lost.dk()
     R_qa = vw.cols(R, qa)
-    Rerr_qa = vw.cols(U_tok * R + P_err, qa) + vw.cols(R, qa, error=True)
+    Rerr_qa = vw.cols(U_tok * R + P_err, qa)
+    Rerr_qa.add_(vw.cols(R, qa, error=True))
+    vw.forget()  # its error parts, [H, L+1, K] each, formed again for dv
     if not exact_q:
-        Rerr_qa = Rerr_qa + vw.cols(R, seq.q_err)
+        Rerr_qa.add_(vw.cols(R, seq.q_err))
     final_k = va @ dSa.transpose(-1, -2) + nz * dza[:, None, :]  # (|dS_T||v_j| + |dz_T|)_m
     M_dkf = s * R_qa + wE * final_k
+    US = state_errors()[:, 1:]
     B_dkf = s * Rerr_qa + US * wE * final_k
     WaR_qa = WaR.transpose(-1, -2) @ qa
     final_k_all = va @ dSa.transpose(-1, -2) + dza[:, None, :]
-    B_dkf = B_dkf + s * WaR_qa + WEa[..., None] * final_k_all
-    B_dkf = B_dkf + C_dkf
-    # The final-state pairing of dG, w_Tjm k̃_jm (dS_T v_j + dz_T)_m, with its errors.
-    F = wE * ka * final_k  # [H, L, K]
-    F_err = wE * (US * ka if exact_k else US * ka + seq.k_err) * final_k
-    Fa = WEa[..., None] * ka * final_k_all
-    M_dG = M_dG + s * ka * R_qa + F
+    del va
+    B_dkf.add_(s * WaR_qa).add_(WEa[..., None] * final_k_all).add_(C_dkf)
+    # dG's column part, then the final-state pairing w_Tjm k̃_jm (dS_T v_j + dz_T)_m with its
+    # errors, each added as formed; their t = L shares [H, K] kept for the last token.
+    M_dG.add_(s * ka * R_qa)
     E_col = ka * Rerr_qa
     if not exact_k:
-        E_col = E_col + seq.k_err * R_qa
-    B_dG = B_dG + s * E_col + s * under_G.sum(-2)[..., None]
-    B_dG = B_dG + F_err + s * ka * WaR_qa + Fa + at_least_one(seq.k_feat) * C_dkf
-    last_M, last_B = F.sum(1), F_err.sum(1) + Fa.sum(1)  # [H, K]: the pairing's t = L share
-    del R_qa, Rerr_qa, final_k, final_k_all, WaR_qa, C_dkf, F, F_err, Fa, E_col
+        E_col.add_(seq.k_err * R_qa)
+    del Rerr_qa
+    B_dG.add_(s * E_col).add_(s * under_G.sum(-2)[..., None])
+    del E_col
+    F = wE * ka * final_k  # [H, L, K]
+    M_dG.add_(F)
+    last_M = F.sum(1)
+    del F
+    F_err = wE * (US * ka if exact_k else US * ka + seq.k_err) * final_k
+    del US, final_k
+    B_dG.add_(F_err)
+    last_B = F_err.sum(1)
+    del F_err
+    B_dG.add_(s * ka * WaR_qa)
+    Fa = WEa[..., None] * ka * final_k_all
+    B_dG.add_(Fa).add_(at_least_one(seq.k_feat) * C_dkf)
+    last_B += Fa.sum(1)
+    del R_qa, final_k_all, WaR_qa, C_dkf, Fa
     del R, WaR, P_err, under_G
     emit("k", *feature_chain(seq, "k", M_dkf, B_dkf))
     del M_dkf, B_dkf
@@ -157,22 +178,28 @@ def vector_backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, 
         Ephi_w = vw.weighted(seq.q_err, ka) + Ephi_w
     if not exact_k:
         Ephi_w = vw.weighted(qa, seq.k_err) + Ephi_w
-    kw = ka * wE  # [H, L, K]
     zdo = s * zeta * doa
+    # The error-weighted scan first, while A_do and the final-state pairing are not formed: it
+    # holds the weights' error parts and its [H, L+1, 2K] channels.
+    B_v = (U_tok * absA_w + vw.weighted(qa, ka, error=True) + Ephi_w).transpose(-1, -2) @ zdo
+    vw.forget()
+    del Ephi_w
+    kw = ka * wE  # [H, L, K]
     A_do = absA_w.transpose(-1, -2) @ torch.cat([zdo, s * torch.ones_like(zeta)], -1)
+    del absA_w
     M_v = A_do[..., :V] + kw @ dSa
+    US = state_errors()[:, 1:]
     kw_U = kw * US if exact_k else kw * US + seq.k_err * wE
-    B_v = (U_tok * absA_w + vw.weighted(qa, ka, error=True) + Ephi_w).transpose(-1, -2) @ zdo + (
-        kw_U @ dSa
-    )
-    B_v = B_v + adj.dN * A_do[..., V:]
-    del A_do, kw, kw_U, absA_w, Ephi_w
-    B_v = B_v + (Wa * seq.outer(qa, ka)).transpose(-1, -2) @ zdo
-    B_v = B_v + WEa[..., None] * (ka @ dSa)
-    B_v = B_v + lost_v
+    del US, kw
+    B_v.add_(kw_U @ dSa).add_(adj.dN * A_do[..., V:])
+    del A_do, kw_U
+    B_v.add_((Wa * seq.outer(qa, ka)).transpose(-1, -2) @ zdo)
+    B_v.add_(WEa[..., None] * (ka @ dSa)).add_(lost_v)
     del zdo, lost_v
     emit("v", M_v, B_v)
     del M_v, B_v
+    w0, WU0 = initial_weights()
+    US0 = state_errors()[:, 0]
     # dS_0 and dz_0, asked for only with an initial state.
     if has_initial_state(seq):
         lost_S0, lost_z0 = lost.states()
@@ -207,9 +234,9 @@ def vector_backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, 
     if not exact_q:
         E0 = E0 + w0 * seq.q_err * R0
     E0 = E0 + nz * w0 * qa * z0a[:, None, :] * delta_err[..., None] + w0 * qa * adj.P0
-    M_dG = M_dG + s * w0 * qR0
-    B_dG = B_dG + s * E0 + u.acc * (K + 2) * M_dG + s * Wa0[..., None] * qR0
-    B_dG = B_dG + seq.units.lost_intermediate
+    M_dG.add_(s * w0 * qR0)
+    B_dG.add_(s * E0).add_(u.acc * (K + 2) * M_dG).add_(s * Wa0[..., None] * qR0)
+    B_dG.add_(seq.units.lost_intermediate)
     del qR0, E0
     F0 = wE0 * ((dSa * S0a).sum(-1) + nz * dza * z0a)  # [H, K]
     if L:

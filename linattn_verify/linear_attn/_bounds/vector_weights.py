@@ -33,6 +33,15 @@ class VectorWeights:
         # Dense mode: w_tjm and w_tjm ε_w(t, j, m) over tokens, each formed once (by ``error``).
         self._dense: dict[bool, torch.Tensor] = {}
 
+    def forget(self) -> None:
+        """Drop the weights' error parts and dense weights (formed again when next needed).
+
+        The error parts are four ``[H, L+1, K]`` tensors: a gradient stage that needs none of
+        them need not hold them. Results are unchanged (the same arithmetic).
+        """
+        self._far_error = self._same_error = None
+        self._dense.clear()
+
     def _vector_rows(self, x: torch.Tensor) -> torch.Tensor:
         """``[H*K, N]`` (head-major rows) as ``[H, N, K]``."""
         return x.reshape(self.seq.H, self.seq.K, -1).transpose(1, 2)

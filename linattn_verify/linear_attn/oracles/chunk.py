@@ -77,27 +77,56 @@ def _sequence(problem: Problem, C: int, n: int, b: int, start: int, end: int) ->
     q, k, v, g = seq.q, seq.k, seq.v, seq.g
     H, L, V = seq.H, seq.L, seq.V
     S, z = seq.S0, seq.z0
-    outputs = []
-    # Split once rather than slice per chunk: autograd turns every slice into a zero tensor of
-    # the whole input's size, O(T²/C) work for a long sequence; a split's gradient is one cat.
-    q_chunks, k_chunks, v_chunks = (torch.split(x, C, dim=1) for x in (q, k, v))
-    g_chunks = torch.split(g, C, dim=1) if g is not None else None
+    eps = problem.eps if problem.normalize else None
+    if not L:  # no chunk for an empty sequence
+        return q.new_zeros(H, 0, V).transpose(0, 1), S, z
     # Under autograd (the gradient oracle) each chunk is recomputed in the backward rather than
     # saved: a vector gate's [H, C, C, K] weights per chunk would be O(T·C·K) memory.
-    recompute = torch.is_grad_enabled() and any(
+    if torch.is_grad_enabled() and any(
         x is not None and x.requires_grad for x in (q, k, v, g, S, z)
-    )
-    eps = problem.eps if problem.normalize else None
-    for i in range(-(-L // C)):  # no chunk for an empty sequence
-        gc = g_chunks[i] if g_chunks is not None else None
-        parts = (q_chunks[i], k_chunks[i], v_chunks[i], gc, S, z)
-        if recompute:
-            out, S, z = _Recomputed.apply(s, eps, *parts)  # type: ignore[no-untyped-call]
-        else:
-            out, S, z = _chunk(s, eps, *parts)
-        outputs.append(out)
-    o = torch.cat(outputs, dim=1) if outputs else q.new_zeros(H, 0, V)
+    ):
+        o, S, z = _Recomputed.apply(s, eps, C, q, k, v, g, S, z)  # type: ignore[no-untyped-call]
+    else:
+        o, S, z = _run_chunks(s, eps, C, (q, k, v, g), S, z)
     return o.transpose(0, 1), S, z
+
+
+def _chunks(x: torch.Tensor | None, C: int, L: int) -> tuple[torch.Tensor | None, ...]:
+    """``x`` ``[H, L, ...]`` split into chunks of C tokens (views), or `None` per chunk."""
+    return (None,) * -(-L // C) if x is None else torch.split(x, C, dim=1)
+
+
+def _run_chunks(
+    s: float,
+    eps: float | None,
+    C: int,
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None],
+    S: torch.Tensor,
+    z: torch.Tensor,
+    states: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every chunk of one sequence in order: o ``[H, L, V]`` and the final S, z.
+
+    With ``states`` (``[chunks, H, K, V]``, ``[chunks, H, K]``) the state entering each chunk
+    is written there, for the backward (`_Recomputed`). The output and those states go into
+    tensors allocated once: per-chunk tensors that outlive their chunk would be scattered
+    between its short-lived [H, C, C, K] temporaries and keep the freed heap resident.
+    """
+    q = inputs[0]
+    H, L, V = q.shape[0], q.shape[1], inputs[2].shape[-1]
+    o: torch.Tensor | None = None
+    parts = zip(*(_chunks(x, C, L) for x in inputs), strict=True)
+    for i, (qc, kc, vc, gc) in enumerate(parts):
+        if states is not None:
+            states[0][i].copy_(S)
+            states[1][i].copy_(z)
+        out, S, z = _chunk(s, eps, qc, kc, vc, gc, S, z)
+        if o is None:
+            o = out.new_empty(H, L, V)
+        o[:, i * C : i * C + out.shape[1]] = out
+        del out
+    assert o is not None
+    return o, S, z
 
 
 def _chunk(
@@ -142,11 +171,16 @@ def _chunk(
 
 
 class _Recomputed(torch.autograd.Function):
-    """`_chunk` whose intermediates are recomputed in the backward instead of saved.
+    """Every chunk of one sequence, each recomputed in the backward instead of saved.
 
-    What ``torch.utils.checkpoint`` does, without its first call's import of torch's compiler
-    stack (seconds): the backward runs `_chunk` again under autograd on the saved inputs and
-    differentiates that, the same arithmetic. Memory: the chunk's inputs only.
+    What ``torch.utils.checkpoint`` per chunk does, without its first call's import of torch's
+    compiler stack (seconds): the forward runs the chunks without a graph, keeping only the
+    state entering each; the backward goes through the chunks last to first, runs `_chunk`
+    again under autograd on the chunk's inputs and that state, and differentiates it with the
+    output's and the next state's cotangents: per chunk the same graph and the same
+    ``autograd.grad`` as one node per chunk would take. One node for the whole sequence lets
+    the saved states and the gradients live in tensors allocated once (`_run_chunks`):
+    O(T) memory, nothing per chunk left behind on the heap.
     """
 
     @staticmethod
@@ -154,33 +188,76 @@ class _Recomputed(torch.autograd.Function):
         ctx: torch.autograd.function.FunctionCtx,
         s: float,
         eps: float | None,
-        *parts: torch.Tensor | None,
+        C: int,
+        *inputs: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ctx.s, ctx.eps = s, eps  # type: ignore[attr-defined]
-        ctx.save_for_backward(*parts)  # type: ignore[arg-type]
-        with torch.no_grad():
-            return _chunk(s, eps, *parts)  # type: ignore[arg-type]
+        q, k, v, g, S, z = inputs
+        assert q is not None
+        assert k is not None
+        assert v is not None
+        assert S is not None
+        assert z is not None
+        n = -(-q.shape[1] // C)
+        states = (S.new_empty(n, *S.shape), z.new_empty(n, *z.shape))
+        o, S_T, z_T = _run_chunks(s, eps, C, (q, k, v, g), S, z, states)
+        ctx.s, ctx.eps, ctx.C, ctx.states = s, eps, C, states  # type: ignore[attr-defined]
+        ctx.save_for_backward(q, k, v, g, inputs[4], inputs[5])  # type: ignore[arg-type]
+        return o, S_T, z_T
 
     @staticmethod
     def backward(
-        ctx: torch.autograd.function.FunctionCtx, *grads: torch.Tensor
+        ctx: torch.autograd.function.FunctionCtx,
+        d_o: torch.Tensor,
+        dS: torch.Tensor,
+        dz: torch.Tensor,
     ) -> tuple[torch.Tensor | None, ...]:
-        saved = ctx.saved_tensors  # type: ignore[attr-defined]
-        parts = [None if x is None else x.detach().requires_grad_(x.requires_grad) for x in saved]
-        wanted = [x for x in parts if x is not None and x.requires_grad]
-        with torch.enable_grad():
-            outputs = _chunk(ctx.s, ctx.eps, *parts)  # type: ignore[attr-defined, arg-type]
-        # An output that no input of this chunk reaches has no graph to differentiate.
-        pairs = [(y, dy) for y, dy in zip(outputs, grads, strict=True) if y.requires_grad]
-        found = iter(
-            torch.autograd.grad(
-                [y for y, _ in pairs], wanted, [dy for _, dy in pairs], allow_unused=True
+        q, k, v, g, S0, z0 = ctx.saved_tensors  # type: ignore[attr-defined]
+        states, C = ctx.states, ctx.C  # type: ignore[attr-defined]
+        L = q.shape[1]
+        need = ctx.needs_input_grad[3:]  # type: ignore[attr-defined]
+        tokens = (q, k, v, g)
+        grads = [
+            x.new_zeros(x.shape) if x is not None and w else None
+            for x, w in zip(tokens, need[:4], strict=True)
+        ]
+        for i in reversed(range(len(states[0]))):
+            a, b = i * C, min(i * C + C, L)
+            first = i == 0
+            # The state entering chunk i: the inputs' own for the first chunk; any other was
+            # an output of the chunk before it, as differentiable as that chunk's inputs.
+            state_in = (S0, z0) if first else (states[0][i], states[1][i])
+            state_need = need[4:] if first else (True, True)
+            parts = [
+                None if x is None else x[:, a:b].detach().requires_grad_(w)
+                for x, w in zip(tokens, need[:4], strict=True)
+            ] + [x.detach().requires_grad_(w) for x, w in zip(state_in, state_need, strict=True)]
+            wanted = [x for x in parts if x is not None and x.requires_grad]
+            with torch.enable_grad():
+                outputs = _chunk(ctx.s, ctx.eps, *parts)  # type: ignore[attr-defined, arg-type]
+            # An output that no input of this chunk reaches has no graph to differentiate.
+            pairs = [
+                (y, dy)
+                for y, dy in zip(outputs, (d_o[:, a:b], dS, dz), strict=True)
+                if y.requires_grad
+            ]
+            found = iter(
+                torch.autograd.grad(
+                    [y for y, _ in pairs], wanted, [dy for _, dy in pairs], allow_unused=True
+                )
+                if wanted and pairs
+                else [None] * len(wanted)
             )
-            if wanted and pairs
-            else [None] * len(wanted)
-        )
-        per_part = [next(found) if x is not None and x.requires_grad else None for x in parts]
-        return (None, None, *per_part)
+            per_part = [next(found) if x is not None and x.requires_grad else None for x in parts]
+            del outputs, pairs, found
+            for buffer, grad in zip(grads, per_part[:4], strict=True):
+                if buffer is not None and grad is not None:
+                    buffer[:, a:b] = grad
+            # A state's unused cotangent is zeros, as autograd hands an unused output's on.
+            dS, dz = (
+                torch.zeros_like(x) if d is None else d
+                for x, d in zip(state_in, per_part[4:], strict=True)
+            )
+        return (None, None, None, *grads, dS if need[4] else None, dz if need[5] else None)
 
 
 def _vector_chunk(
