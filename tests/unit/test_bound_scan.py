@@ -231,6 +231,9 @@ def test_weights_that_underflow_mark_the_same_keys(gate: str) -> None:
     for _ in range(5):
         rows = torch.rand(2, 40, generator=gen) < 0.1
         assert torch.equal(dense.keys_seen_by(rows), scanned.keys_seen_by(rows))
+    # No row marked: the scan skips its bisection; same (all-False) mask, same shape.
+    none = torch.zeros(2, 40, dtype=torch.bool)
+    assert torch.equal(dense.keys_seen_by(none), scanned.keys_seen_by(none))
 
 
 def _factor(H: int, L: int, R: int, gen: torch.Generator, decay: str) -> Factor:

@@ -372,6 +372,11 @@ class SequenceTerms:
                 self.W.shape[0] // rows.shape[0], 0
             )[..., None]
             return seen.any(-2)
+        if not bool(rows.any()):
+            # No row marked (the usual case): no key is seen, and the bisection below, log L
+            # passes of exp and gathers over [H*K, L], is skipped.
+            n = self.H * (self.K if self.vector else 1)  # G's rows, without forming G
+            return torch.zeros(n, self.L, dtype=torch.bool, device=rows.device)
         # The weight exp(G_t - G_j) falls with t (g <= 0): row t sees key j up to the last t
         # where it is still nonzero, found by bisection on the same float64 exp.
         last = _last_nonzero_weight(self.G)  # [rows, L]
