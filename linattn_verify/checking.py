@@ -261,77 +261,70 @@ def _reach(
     forward pass): its forward bounds are computed once (`linattn_verify.core.reuse`).
     """
     with reusing_results():
-        _walk_reach(kernel, properties, search, verdicts, listener, started, seconds)
+        from linattn_verify.reach import ReachRun, reach_plan
+        from linattn_verify.running import check_property, record_of
 
-
-def _walk_reach(
-    kernel: Kernel,
-    properties: Mapping[str, Callable[..., Any]],
-    search: SearchSettings,
-    verdicts: dict[str, PropertyVerdict],
-    listener: CheckListener,
-    started: float,
-    seconds: float,
-) -> None:
-    from linattn_verify.reach import ReachRun, reach_plan
-    from linattn_verify.running import check_property, record_of
-
-    family = family_of(kernel)
-    plan = reach_plan(kernel, tuple(properties), max_seq_len=search.max_seq_len)
-    run = ReachRun(plan, max(seconds, 0.0))
-    reach_started = time.perf_counter()
-    reached = {"T": 0, "K": 0, "H": 0, "items": 0}
-    for item in run.walk(lambda: time.perf_counter() - reach_started):
-        name = item.property
-        if not verdicts[name].ok:
-            continue
-        prop = properties[name]
-        spec = family.reach_case(kernel, item.size, search.seed)
-        listener.case_started(name, repr(spec))
-        item_started = time.perf_counter()
-        verdict = verdicts[name]
-        decided = True
-        try:
-            result = check_property(prop, spec, kernel, directory=search.failures_dir, steer=False)
-        except PropertyViolation as exc:
-            exc = _diagnosed(
-                prop, spec, kernel, exc, search.failures_dir, _diagnosis_seconds(search.budget)
-            )
-            seconds_ = time.perf_counter() - item_started
-            listener.case_finished(record_of(kernel, spec, exc.result, seconds_, exc.failure_file))
-            verdict = replace(
-                verdict,
-                status="failed",
-                examples=verdict.examples + 1,
-                message=f"{exc}\n(size reach: {item.size.why}"
-                + (f", rerun {item.rerun} of the same case)" if item.rerun else ")"),
-                failure_file=exc.failure_file,
-                first_failure_seconds=round(time.perf_counter() - started, 3),
-            )
-        else:
-            listener.case_finished(
-                record_of(kernel, spec, result, time.perf_counter() - item_started)
-            )
-            verdict = verdict.counted(result)
-            # A bound that certified nothing here certifies nothing at larger sizes either.
-            decided = result.status != "ill_conditioned"
-            if result.status != "not_applicable":
-                reached.update(
-                    T=max(reached["T"], spec.T),
-                    K=max(reached["K"], spec.K, spec.V),
-                    H=max(reached["H"], spec.H),
+        family = family_of(kernel)
+        plan = reach_plan(kernel, tuple(properties), max_seq_len=search.max_seq_len)
+        run = ReachRun(plan, max(seconds, 0.0))
+        reach_started = time.perf_counter()
+        reached = {"T": 0, "K": 0, "H": 0, "items": 0}
+        for item in run.walk(lambda: time.perf_counter() - reach_started):
+            name = item.property
+            if not verdicts[name].ok:
+                continue
+            prop = properties[name]
+            spec = family.reach_case(kernel, item.size, search.seed)
+            listener.case_started(name, repr(spec))
+            item_started = time.perf_counter()
+            verdict = verdicts[name]
+            decided = True
+            try:
+                result = check_property(
+                    prop, spec, kernel, directory=search.failures_dir, steer=False
                 )
-        run.record(item, time.perf_counter() - item_started, decided=decided)
-        reached["items"] += 1
-        _settle(verdicts, verdict, item_started, listener)
-        if search.fail_fast and not verdict.ok:
-            break
-    skipped = sorted({(i.size.T, i.size.K, i.size.V, i.size.H) for i in run.skipped})
-    listener.progress(
-        f"  size reach: {reached['items']} runs in {time.perf_counter() - reach_started:.1f} s, "
-        f"largest T {reached['T']}, largest head dim {reached['K']}, most heads {reached['H']}"
-        + (f"; {len(skipped)} sizes left for a larger budget" if skipped else "")
-    )
+            except PropertyViolation as exc:
+                exc = _diagnosed(
+                    prop, spec, kernel, exc, search.failures_dir, _diagnosis_seconds(search.budget)
+                )
+                seconds_ = time.perf_counter() - item_started
+                listener.case_finished(
+                    record_of(kernel, spec, exc.result, seconds_, exc.failure_file)
+                )
+                verdict = replace(
+                    verdict,
+                    status="failed",
+                    examples=verdict.examples + 1,
+                    message=f"{exc}\n(size reach: {item.size.why}"
+                    + (f", rerun {item.rerun} of the same case)" if item.rerun else ")"),
+                    failure_file=exc.failure_file,
+                    first_failure_seconds=round(time.perf_counter() - started, 3),
+                )
+            else:
+                listener.case_finished(
+                    record_of(kernel, spec, result, time.perf_counter() - item_started)
+                )
+                verdict = verdict.counted(result)
+                # A bound that certified nothing here certifies nothing at larger sizes either.
+                decided = result.status != "ill_conditioned"
+                if result.status != "not_applicable":
+                    reached.update(
+                        T=max(reached["T"], spec.T),
+                        K=max(reached["K"], spec.K, spec.V),
+                        H=max(reached["H"], spec.H),
+                    )
+            run.record(item, time.perf_counter() - item_started, decided=decided)
+            reached["items"] += 1
+            _settle(verdicts, verdict, item_started, listener)
+            if search.fail_fast and not verdict.ok:
+                break
+        skipped = sorted({(i.size.T, i.size.K, i.size.V, i.size.H) for i in run.skipped})
+        elapsed = time.perf_counter() - reach_started
+        listener.progress(
+            f"  size reach: {reached['items']} runs in {elapsed:.1f} s, "
+            f"largest T {reached['T']}, largest head dim {reached['K']}, most heads {reached['H']}"
+            + (f"; {len(skipped)} sizes left for a larger budget" if skipped else "")
+        )
 
 
 def _diagnosis_seconds(budget: float) -> float:
