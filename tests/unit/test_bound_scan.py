@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from linattn_verify.linear_attn._bounds.pairwise import Factor, Pairs, Separable
 from linattn_verify.linear_attn._bounds.terms import SequenceTerms
 from linattn_verify.linear_attn._bounds.units import Units
+from linattn_verify.linear_attn._bounds.vector_weights import VectorWeights
 from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.semantics import validate_problem
 from linattn_verify.linear_attn.tolerance import backward_bounds, forward_bounds
@@ -308,3 +309,24 @@ def test_heads_in_groups_equal_all_heads_at_once(
             for fb in (whole, single)
         )
     )
+
+
+@pytest.mark.parametrize("scan", ["chunk_local", "global"])
+def test_vector_sums_with_their_errors_equal_the_separate_sums(scan: str) -> None:
+    # `rows_with_errors` / `cols_with_errors` scan the pair matrix once for both sums: they must
+    # give what `rows` / `cols` without and with ``error`` give, block diagonals and far parts.
+    problem = _problem(40, gate="vector", normalize=True)
+    p64 = problem.to(F64)  # type: ignore[attr-defined]
+    recipe = PrecisionRecipe(form="chunk", decay_scan=scan, chunk_size=4)  # type: ignore[arg-type]
+    units = Units.of(recipe, torch.float32)
+    for block in (None, 8):  # dense weights, then the block scan
+        seq = SequenceTerms(p64, recipe, units, 0, 0, 0, 40, scan_block=block)
+        gen = torch.Generator().manual_seed(5)
+        a, b = (torch.rand(seq.H, seq.L, seq.K, generator=gen, dtype=F64) for _ in range(2))
+        row = torch.rand(seq.H, seq.L, 1, generator=gen, dtype=F64)
+        P = seq.outer(a, b) + row
+        vw = VectorWeights(seq)
+        for merged, single in ((vw.rows_with_errors, vw.rows), (vw.cols_with_errors, vw.cols)):
+            plain, err = merged(P, b)
+            torch.testing.assert_close(plain, single(P, b), rtol=1e-13, atol=0)
+            torch.testing.assert_close(err, single(P, b, error=True), rtol=1e-13, atol=0)

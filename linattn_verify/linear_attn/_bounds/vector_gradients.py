@@ -109,8 +109,12 @@ def vector_backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, 
     # B_dG [H, L, K] gather each part while the contractions it needs are alive.
     # Each stage forms its lost-intermediate charge first, while little else is alive.
     C_dqf = lost.dq()
-    R_ka = vw.rows(R, ka)
-    Rerr_ka = vw.rows(U_tok * R + P_err, ka) + vw.rows(R, ka, error=True)
+    # R's plain and weight-error sums share one scan of R (`rows_with_errors`).
+    # The other sum first: no more is alive during either scan than when they were three.
+    Rerr_ka = vw.rows(U_tok * R + P_err, ka)
+    R_ka, Rerr_w_ka = vw.rows_with_errors(R, ka)
+    Rerr_ka.add_(Rerr_w_ka)
+    del Rerr_w_ka
     if not exact_k:
         Rerr_ka = Rerr_ka + vw.rows(R, seq.k_err)
     M_dqf = s * (R_ka + w0 * R0)
@@ -130,9 +134,10 @@ def vector_backward_sequence(f: ForwardPieces, ct: Cotangents, normalize: bool, 
     emit("q", *feature_chain(seq, "q", M_dqf, B_dqf))
     del M_dqf, B_dqf
     C_dkf = lost.dk()
-    R_qa = vw.cols(R, qa)
     Rerr_qa = vw.cols(U_tok * R + P_err, qa)
-    Rerr_qa.add_(vw.cols(R, qa, error=True))
+    R_qa, Rerr_w_qa = vw.cols_with_errors(R, qa)
+    Rerr_qa.add_(Rerr_w_qa)
+    del Rerr_w_qa
     vw.forget()  # its error parts, [H, L+1, K] each, formed again for dv
     if not exact_q:
         Rerr_qa.add_(vw.cols(R, seq.q_err))

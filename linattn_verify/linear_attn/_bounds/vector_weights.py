@@ -175,6 +175,86 @@ class VectorWeights:
         """Σ_t P_tj w_tjm a_tm (with ``error``, times ε_w(t, j, m)), ``[H, L, K]`` over j."""
         return self._aligned(P, a, error, reverse=True)
 
+    def rows_with_errors(self, P: PairMatrix, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`rows` of (P, b) without and with ``error``, from one scan of P (the same sums)."""
+        return self._aligned_with_errors(P, b, reverse=False)
+
+    def cols_with_errors(self, P: PairMatrix, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`cols` of (P, a) without and with ``error``, from one scan of P (the same sums)."""
+        return self._aligned_with_errors(P, a, reverse=True)
+
+    def _aligned_with_errors(
+        self, P: PairMatrix, Y: torch.Tensor, *, reverse: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_aligned` with ``error`` False and True sharing the work on P.
+
+        Across blocks ε = f(t) + g(j), so one scan of P with Y's columns next to g·Y (rows) or
+        f·Y (cols) gives both far parts: the plain sum is one half of it. Within a block, P's
+        diagonal block and the factored weights are formed once for both. Each scan costs a
+        fixed amount per block (exps of the decays, P's diagonal block, the state's reads and
+        writes), not the state's width: one scan instead of two saves nearly half.
+        """
+        if not self.seq.lazy:
+            return (
+                self._aligned(P, Y, False, reverse=reverse),
+                self._aligned(P, Y, True, reverse=reverse),
+            )
+        assert isinstance(P, Pairs)
+        Gc = self._channel_decay()
+        H, L, K = self.seq.H, self.seq.L, self.seq.K
+        plain, err = Y.new_zeros(H, L, K), Y.new_zeros(H, L, K)
+        for s0 in range(0, L, self.seq.block):
+            e = min(s0 + self.seq.block, L)
+            t = torch.arange(s0 + 1, e + 1, device=Y.device)
+            Pb = P.diagonal(t).expand(H, -1, -1)
+            near_plain, near_err = self._aligned_block_with_errors(Pb, Y, t, reverse)
+            plain[:, s0:e] += near_plain
+            err[:, s0:e] += near_err
+        f, g = self._error_parts()
+        GG = torch.cat([Gc, Gc], -1)
+        if reverse:  # Y is indexed by rows t, the result by columns j
+            far = P.across_blocks(torch.cat([Y, f * Y], -1), GG, reverse=True)
+            err.add_(far[..., K:]).add_(g[:, 1:] * far[..., :K])
+        else:
+            far = P.across_blocks(torch.cat([Y, g[:, 1:] * Y], -1), GG, reverse=False)
+            err.add_(f * far[..., :K]).add_(far[..., K:])
+        plain += far[..., :K]
+        return plain, err
+
+    def _aligned_block_with_errors(
+        self, Pb: torch.Tensor, Y: torch.Tensor, t: torch.Tensor, reverse: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_aligned_block` without and with ``error``, sharing the factored weights."""
+        factored = self._factored_weights(t)
+        if factored is None:  # rare (a steep block): each exactly as `_aligned_block`
+            return (
+                self._aligned_block(Pb, Y, t, False, reverse),
+                self._aligned_block(Pb, Y, t, True, reverse),
+            )
+        e, c = factored  # w_tjm = e_tm c_jm
+        Yb = Y[:, t - 1]
+        pairs = t[None, :] <= t[:, None]
+        # Y with the weight's factor on its side, and the output's factor applied at the end.
+        scaled, outer = (e * Yb, c) if reverse else (c * Yb, e)
+        plain = outer * self._masked_product(Pb, pairs, scaled, reverse)
+        err = torch.zeros_like(Yb)
+        for mask, fb, gb in self._block_error_masks(t):
+            # ε = f_t + g_j on the mask: the side of Y (t when reverse) multiplies Y inside.
+            inner, after = (fb, gb) if reverse else (gb, fb)
+            err += outer * (
+                self._masked_product(Pb, mask, inner * scaled, reverse)
+                + after * self._masked_product(Pb, mask, scaled, reverse)
+            )
+        return plain, err
+
+    @staticmethod
+    def _masked_product(
+        Pb: torch.Tensor, mask: torch.Tensor, Z: torch.Tensor, reverse: bool
+    ) -> torch.Tensor:
+        """Pb on the mask's pairs times Z: ``Pm^T @ Z`` (reverse) or ``Pm @ Z``."""
+        Pm = torch.where(mask, Pb, 0.0)
+        return (Pm.transpose(-1, -2) if reverse else Pm) @ Z
+
     def _aligned(
         self, P: PairMatrix, Y: torch.Tensor, error: bool, *, reverse: bool
     ) -> torch.Tensor:
