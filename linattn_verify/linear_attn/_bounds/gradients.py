@@ -11,7 +11,8 @@ import torch
 
 from linattn_verify.linear_attn._bounds import lifted
 from linattn_verify.linear_attn._bounds.forward import ForwardPieces
-from linattn_verify.linear_attn._bounds.lost import LostCharges, at_least_one, known_zero
+from linattn_verify.linear_attn._bounds.lost import LostCharges
+from linattn_verify.linear_attn._bounds.magnitudes import at_least_one, known_zero
 from linattn_verify.linear_attn._bounds.overflow import backward_overflow
 from linattn_verify.linear_attn._bounds.pairwise import PairMatrix
 from linattn_verify.linear_attn._bounds.terms import SequenceTerms

@@ -20,24 +20,8 @@ from __future__ import annotations
 import torch
 
 from linattn_verify.linear_attn._bounds.forward import ForwardPieces
+from linattn_verify.linear_attn._bounds.magnitudes import at_least_one
 from linattn_verify.linear_attn._bounds.pairwise import PairMatrix
-
-
-def at_least_one(x: torch.Tensor) -> torch.Tensor:
-    """max(1, |x|), elementwise."""
-    return x.abs().clamp(min=1.0)
-
-
-def known_zero(x: torch.Tensor) -> bool:
-    """``x`` is one zero expanded to its shape (an exact feature map's error): O(1).
-
-    Contractions with it are zero; skipping them adds exactly 0 to every (non-negative) bound.
-    """
-    if x.numel() == 0:
-        return True
-    if any(stride != 0 for stride in x.stride()):
-        return False
-    return float(x[(0,) * x.ndim]) == 0.0
 
 
 class LostCharges:
@@ -113,4 +97,4 @@ class LostCharges:
         return dS0, dz0
 
 
-__all__ = ["LostCharges", "at_least_one", "known_zero"]
+__all__ = ["LostCharges"]

@@ -16,6 +16,7 @@ are exp of the masked difference G_tm - G_jm, never exp(G_tm) / exp(G_jm).
 
 from __future__ import annotations
 
+from linattn_verify.linear_attn._bounds.magnitudes import known_zero
 from linattn_verify.linear_attn._bounds.pairwise import PairMatrix
 from linattn_verify.linear_attn._bounds.terms import MainTerms, SequenceTerms
 from linattn_verify.linear_attn._bounds.vector_weights import VectorWeights
@@ -24,9 +25,6 @@ from linattn_verify.linear_attn.semantics import Problem
 
 def vector_main_terms(seq: SequenceTerms, p: Problem) -> MainTerms:
     """The gate-specific sums of the bound for a vector gate (docs/error-model.md §2.7)."""
-    # Imported here: `_bounds.lost` reads `_bounds.forward`'s pieces, which import this module.
-    from linattn_verify.linear_attn._bounds.lost import known_zero
-
     u = seq.units
     s = seq.scale
     # ε_w of the final state's weights first, while little else is alive: its formation takes

@@ -33,7 +33,8 @@ from linattn_verify.linear_attn._bounds.gradients import (
     reverse_cumsum,
     unverifiable_rows,
 )
-from linattn_verify.linear_attn._bounds.lost import LostCharges, at_least_one, known_zero
+from linattn_verify.linear_attn._bounds.lost import LostCharges
+from linattn_verify.linear_attn._bounds.magnitudes import at_least_one, known_zero
 from linattn_verify.linear_attn._bounds.vector_weights import VectorWeights
 
 
