@@ -19,7 +19,7 @@ _EXPORTS = {
     "PrecisionRecipe": "linattn_verify.linear_attn.recipe",
     "forward_bounds": "linattn_verify.linear_attn.tolerance",
     "backward_bounds": "linattn_verify.linear_attn.tolerance",
-    "reference_gradients": "linattn_verify.linear_attn.tolerance",
+    "reference_gradients": "linattn_verify.linear_attn.exact_gradients",
     "TensorBound": "linattn_verify.linear_attn.tolerance",
     "compare": "linattn_verify.compare",
     "check_against_oracle": "linattn_verify.compare",
@@ -41,14 +41,11 @@ if TYPE_CHECKING:
     )
     from linattn_verify.core.bound import TensorBound
     from linattn_verify.errors import InvalidArgument, PropertyViolation
+    from linattn_verify.linear_attn.exact_gradients import reference_gradients
     from linattn_verify.linear_attn.oracles.api import oracle
     from linattn_verify.linear_attn.recipe import PrecisionRecipe
     from linattn_verify.linear_attn.semantics import Problem, validate_problem
-    from linattn_verify.linear_attn.tolerance import (
-        backward_bounds,
-        forward_bounds,
-        reference_gradients,
-    )
+    from linattn_verify.linear_attn.tolerance import backward_bounds, forward_bounds
     from linattn_verify.results import CaseRecord, Comparison, PropertyResult, PropertyVerdict
     from linattn_verify.running import check_property
 
