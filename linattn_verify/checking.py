@@ -305,8 +305,9 @@ def _reach(
                     record_of(kernel, spec, result, time.perf_counter() - item_started)
                 )
                 verdict = verdict.counted(result)
-                # A bound that certified nothing here certifies nothing at larger sizes either.
-                decided = result.status != "ill_conditioned"
+                # A bound that certified nothing here certifies nothing at larger sizes either;
+                # one that certified some tensors (not a blunt dg) goes on deciding those.
+                decided = result.status != "ill_conditioned" or result.certified_any
                 if result.status != "not_applicable":
                     reached.update(
                         T=max(reached["T"], spec.T),

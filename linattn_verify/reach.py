@@ -18,10 +18,12 @@ boundaries, cheapest first:
 `ReachRun` walks the plan's (size, property) items in order and runs an item only when its cost,
 predicted from the last measured item of the same property, fits in what is left of the reach's
 time, so a fast kernel gets long sequences and large heads and an interpreted one what fits. A
-property whose bound certified nothing at some size (``ill_conditioned``) is not run at larger
-ones, where its bound is blunter still: its time goes to the others (the delta family's chunk
-gradients of a kernel not declaring ``--causal-exact`` are charged a pivoting solver and decide
-nothing past T = 64 at realistic sizes; the forward pass then goes on). At
+property whose bounds certified no tensor at some size (``ill_conditioned`` on every one) is not
+run at larger ones, where its bounds are blunter still: its time goes to the others (the delta
+family's chunk gradients of a kernel not declaring ``--causal-exact`` are charged a pivoting
+solver and decide nothing past T = 64 at realistic sizes; the forward pass then goes on). One
+that certified some of its tensors goes on (the delta chunk recipe's dg bound is blunt from
+T = 32 at K = 64, while dq, dk, dv and dβ are certified to the largest sizes). At
 sizes where the work is split (T > C) the forward pass is rerun `RERUNS` more times against the
 oracle: a kernel that is wrong only now and then (a race that loses a chunk's state on one call in
 four) is caught there, whether or not it promises bit-identical reruns.
@@ -182,20 +184,28 @@ def reach_plan(
 class ReachRun:
     """Walks a reach plan within a time allowance, predicting each item's cost before running it.
 
+    The properties share the time: each item must fit both what is left of the whole reach and
+    its property's share, an equal part of what the properties still running have left. A
+    property stops at its first item that does not fit (its later items cost more) or that its
+    bound cannot decide (`blunt`); what it did not spend goes to the others. So the gradients'
+    slower items cannot starve the forward pass's longer sequences, nor the reverse.
+
     Attributes:
         items: The plan (`reach_plan`).
         seconds: The time allowed for the whole reach.
         measured: Per property, the work and seconds of its last item that ran.
+        used: Per property, the seconds of all its items that ran.
         skipped: Items not run because their predicted cost did not fit, or because their
             property's bound already certified nothing at a smaller size (`blunt`).
-        blunt: Per property, the smallest work at which its result was ``ill_conditioned``: the
-            bound spanned the tensor's whole scale. Bounds only grow with the size, so its items
+        blunt: Per property, the smallest work at which its result certified no tensor: every
+            bound spanned its tensor's whole scale. Bounds only grow with the size, so its items
             of that work or more would decide nothing either; their time goes to the others.
     """
 
     items: tuple[Item, ...]
     seconds: float
     measured: dict[str, tuple[float, float]] = field(default_factory=dict)
+    used: dict[str, float] = field(default_factory=dict)
     skipped: list[Item] = field(default_factory=list)
     blunt: dict[str, float] = field(default_factory=dict)
 
@@ -211,24 +221,40 @@ class ReachRun:
         work, seconds = last
         return seconds * item.size.work / work
 
+    def share(self, prop: str, stopped: set[str]) -> float:
+        """What ``prop`` may still spend: its part of the time the running properties have."""
+        running = {item.property for item in self.items} - stopped
+        free = self.seconds - sum(self.used.get(p, 0.0) for p in stopped)
+        return free / max(1, len(running | {prop})) - self.used.get(prop, 0.0)
+
     def walk(self, spent: Callable[[], float]) -> Iterator[Item]:
         """Yield the items that fit; ``spent()`` is the reach's elapsed seconds so far."""
-        for item in self.items:
+        last = {item.property: i for i, item in enumerate(self.items)}
+        stopped: set[str] = set()
+        for i, item in enumerate(self.items):
+            name = item.property
             left = self.seconds - spent()
-            blunt = item.size.work >= self.blunt.get(item.property, math.inf)
-            late = self.predicted(item) > left or (left <= 0 and item.property in self.measured)
-            if blunt or late:
+            blunt = item.size.work >= self.blunt.get(name, math.inf)
+            predicted = self.predicted(item)
+            late = predicted > min(left, self.share(name, stopped)) or (
+                left <= 0 and name in self.measured
+            )
+            if name in stopped or blunt or late:
                 self.skipped.append(item)
+                stopped.add(name)
                 continue
             yield item
+            if i == last[name]:
+                stopped.add(name)
 
     def record(self, item: Item, seconds: float, *, decided: bool = True) -> None:
         """Remember what ``item`` took, to predict the next items of its property.
 
-        ``decided=False``: its result was ``ill_conditioned`` (the property is `blunt` from this
+        ``decided=False``: its result certified no tensor (the property is `blunt` from this
         size on).
         """
         self.measured[item.property] = (item.size.work, max(seconds, 1e-3))
+        self.used[item.property] = self.used.get(item.property, 0.0) + seconds
         if not decided:
             work = min(item.size.work, self.blunt.get(item.property, math.inf))
             self.blunt[item.property] = work

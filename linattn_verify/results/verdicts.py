@@ -34,6 +34,9 @@ class PropertyResult:
         diagnosis: For a failure against a bound, the smallest change to the kernel's declared
             precision recipe under which it would pass, or why none explains it
             (`linattn_verify.diagnosis.diagnose`), else `None`. Default: `None`.
+        uncertified: Of an ``ill_conditioned`` result, the tensors whose bound spans their
+            whole scale (docs/error-model.md §8.6): they held, but no digit of them was
+            certified; the other comparisons were. Empty otherwise.
     """
 
     property: str
@@ -44,6 +47,12 @@ class PropertyResult:
     reason: str | None = None
     notes: tuple[str, ...] = ()
     diagnosis: str | None = None
+    uncertified: tuple[str, ...] = ()
+
+    @builtins.property
+    def certified_any(self) -> bool:
+        """Whether some comparison decided something: not every tensor is `uncertified`."""
+        return any(c.tensor.partition("[")[0] not in self.uncertified for c in self.comparisons)
 
     @builtins.property
     def ok(self) -> bool:
@@ -89,11 +98,12 @@ class PropertyResult:
             "reason": self.reason,
             "notes": list(self.notes),
             "diagnosis": self.diagnosis,
+            "uncertified": list(self.uncertified),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PropertyResult:
-        """Read `to_json`'s output back (``diagnosis`` may be absent: older documents)."""
+        """Read `to_json`'s output back (``diagnosis``, ``uncertified``: absent in older ones)."""
         return cls(
             property=str(data["property"]),
             kernel=str(data["kernel"]),
@@ -103,6 +113,7 @@ class PropertyResult:
             reason=data.get("reason"),
             notes=tuple(data.get("notes", ())),
             diagnosis=data.get("diagnosis"),
+            uncertified=tuple(data.get("uncertified", ())),
         )
 
 

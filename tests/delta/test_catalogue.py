@@ -263,6 +263,10 @@ def test_ill_conditioned_when_the_bound_exceeds_the_values() -> None:
     assert result.reason is not None
     assert result.reason.startswith("dk: ")
     assert "amplification" in result.reason
+    # dq goes through the same normalisation; the other tensors are certified, and say so.
+    assert set(result.uncertified) == {"dk", "dq"}
+    assert result.certified_any
+    assert "certified: o, final_state, dv" in result.reason
     # Within the bound: ill_conditioned says no digit was certified, not that the kernel erred.
     assert comparison(result, "dk").ok
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from linattn_properties._support import judged
@@ -31,6 +32,7 @@ from linattn_verify.reach import reach_plan as any_family_plan
 from linattn_verify.registry import get_kernel
 from linattn_verify.results import PropertyResult
 from linattn_verify.typing import LIFTED_MAPS
+from tests.reporting.conftest import comparison
 
 
 def boundary_sizes(kernel: Kernel, **options: object) -> tuple[Size, ...]:
@@ -237,3 +239,88 @@ def test_delta_reach_cases_have_the_size_s_heads_and_dims() -> None:
         assert (case.H, case.K, case.V) == (size.H, size.K, size.V)
         longest = case.T if case.seq_lens is None else max(case.seq_lens)
         assert longest == size.T
+
+
+class _PropertyRecorder(CheckListener):
+    def __init__(self) -> None:
+        self.cases: list[tuple[str, int]] = []
+
+    def case_finished(self, record: object) -> None:
+        self.cases.append((record.property, record.T))  # type: ignore[attr-defined]
+
+
+def _blunt_on(uncertified: tuple[str, ...]) -> Any:
+    """A gradient property whose bounds on ``uncertified`` span their tensors' whole scale."""
+
+    def prop(spec: object, kernel: Kernel) -> PropertyResult:
+        held = tuple(comparison(name, kernel.name, 0.01) for name in ("dq", "dg"))
+        return PropertyResult(
+            property="gradients_match_oracle",
+            kernel=kernel.name,
+            case=repr(spec),
+            status="ill_conditioned",
+            comparisons=held,
+            reason=f"{uncertified[0]}: the bound reaches 3x the largest |value|",
+            uncertified=uncertified,
+        )
+
+    return prop
+
+
+@pytest.mark.parametrize(
+    ("uncertified", "goes_on"), [(("dg",), True), (("dq", "dg"), False)], ids=["dg", "all"]
+)
+def test_the_reach_goes_on_with_a_property_that_certified_some_tensors(
+    tmp_path: Path, uncertified: tuple[str, ...], goes_on: bool
+) -> None:
+    # The delta chunk recipe's dg bound is blunt at realistic sizes while dq, dk, dv and dβ are
+    # certified: the reach must go on judging those. A property that certified no tensor gives
+    # its time to the others from its first reach size on.
+    listener = _PropertyRecorder()
+    search = SearchSettings(budget=3.0, failures_dir=tmp_path, max_seq_len=300)
+    properties = {"outputs_match_oracle": _fast, "gradients_match_oracle": _blunt_on(uncertified)}
+    report = check_kernel(get_kernel("torch/chunk"), properties, search, listener=listener)
+    assert report.ok
+    # The search draws T <= 32; every longer case is the reach's (its first, cheapest sizes are
+    # shorter: T = C + 1 with K, V around 16).
+    longest = {
+        name: max(T for n, T in listener.cases if n == name)
+        for name in ("fast", "gradients_match_oracle")
+    }
+    assert longest["fast"] == 257
+    if goes_on:
+        assert longest["gradients_match_oracle"] == 257, "stopped although dq was certified"
+    else:
+        assert longest["gradients_match_oracle"] <= 32
+
+
+def test_a_result_says_whether_it_certified_any_tensor() -> None:
+    held = tuple(comparison(name, "k", 0.01) for name in ("dq", "dg[t<=3]"))
+    base = PropertyResult("p", "k", "case", "ill_conditioned", held)
+    assert replace(base, uncertified=("dg",)).certified_any
+    assert not replace(base, uncertified=("dq", "dg")).certified_any
+    assert PropertyResult.from_json(replace(base, uncertified=("dg",)).to_json()).uncertified == (
+        "dg",
+    )
+
+
+def test_properties_share_the_reach_so_a_slow_one_cannot_starve_a_fast_one() -> None:
+    # Simulated seconds: the gradients cost 20x the forward pass per unit of work. Greedily, in
+    # size order, the gradients' items would take the whole allowance by T = 4096 and leave the
+    # forward pass's longer sizes unrun; with shares, the gradients stop at their half and what
+    # they leave goes to the forward pass.
+    sizes = [Size(T, 64, 64, "T") for T in (1024, 2048, 4096, 8192, 16384)]
+    items = tuple(Item(s, p) for s in sizes for p in ("outputs", "gradients"))
+    rate = {"outputs": 1e-8, "gradients": 2e-7}
+    run = ReachRun(items, seconds=1.0)
+    clock = [0.0]
+    ran: dict[str, list[int]] = {"outputs": [], "gradients": []}
+    for item in run.walk(lambda: clock[0]):
+        seconds = rate[item.property] * item.size.work
+        clock[0] += seconds
+        run.record(item, seconds)
+        ran[item.property].append(item.size.T)
+    assert clock[0] <= 1.0
+    assert ran["outputs"] == [1024, 2048, 4096, 8192, 16384]
+    assert ran["gradients"] == [1024, 2048]
+    assert run.used["gradients"] <= 0.5

@@ -244,14 +244,20 @@ def verdict(
     ]
     if not blunt:
         return result
-    tb = max(blunt, key=bound_ratio)
+    blunt.sort(key=bound_ratio, reverse=True)
+    tb = blunt[0]
     scale = float(tb.reference.abs().max())
     amplification = float(tb.bound.max()) / (tb.unit * scale) if scale > 0 else float("inf")
-    return replace(
-        result,
-        status="ill_conditioned",
-        reason=(
-            f"{tb.name}: the bound reaches {bound_ratio(tb):.3g}x the largest |value| "
-            f"(amplification B / (u max|x|) = {amplification:.3g}): no digit is certified"
-        ),
+    # The worst tensor leads the reason (reports attribute the case to it); the other blunt
+    # ones and the certified rest follow, so a reader sees what the case did decide.
+    reason = (
+        f"{tb.name}: the bound reaches {bound_ratio(tb):.3g}x the largest |value| "
+        f"(amplification B / (u max|x|) = {amplification:.3g}): no digit is certified"
     )
+    if len(blunt) > 1:
+        reason += "; nor of " + ", ".join(f"{b.name} ({bound_ratio(b):.3g}x)" for b in blunt[1:])
+    uncertified = tuple(b.name for b in blunt)
+    certified = [c.tensor for c in comparisons if c.tensor.partition("[")[0] not in uncertified]
+    if certified:
+        reason += f"; certified: {', '.join(certified)}"
+    return replace(result, status="ill_conditioned", reason=reason, uncertified=uncertified)
