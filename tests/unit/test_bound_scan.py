@@ -269,6 +269,40 @@ def test_pair_contractions_equal_their_dense_matrices(decay: str, block: int) ->
     torch.testing.assert_close(expr[..., 0], expr.dense()[..., 0], rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("block", [1, 4, 8])
+def test_a_per_channel_decay_tiles_channels_as_its_written_out_copy(block: int) -> None:
+    # A factor with 2R channels decaying with R channels of G (channel r with r mod R) is the
+    # factor whose G is written out twice; two factors sharing G merge without that copy, and
+    # a column decay of R channels tiles Y's 2R columns the same way.
+    H, L, R = 2, 19, 3
+    gen = torch.Generator().manual_seed(block)
+    one, two = _factor(H, L, R, gen, "channel"), _factor(H, L, R, gen, "channel")
+    G = one.far.G
+    assert G is not None
+    two = Factor(Separable(two.far.a, two.far.b, G))
+    merged = (Pairs.of(one, L, block) * 0.5 + Pairs.of(two, L, block) * 2.0).terms
+    assert len(merged) == 1 and merged[0][1][0].far.G is G, "merged, G kept once"
+    written = Factor(
+        Separable(
+            torch.cat([0.5 * one.far.a, 2.0 * two.far.a], -1),
+            torch.cat([one.far.b, two.far.b], -1),
+            torch.cat([G, G], -1),
+        )
+    )
+    tiled, full = Pairs(merged, L, block), Pairs.of(written, L, block)
+    torch.testing.assert_close(tiled.dense(), full.dense(), rtol=1e-13, atol=0)
+    Y = torch.rand(H, L, 2 * R, generator=gen, dtype=F64)
+    for reverse in (False, True):
+        torch.testing.assert_close(
+            tiled.across_blocks(Y, G, reverse=reverse),
+            full.across_blocks(Y, torch.cat([G, G], -1), reverse=reverse),
+            rtol=1e-13,
+            atol=0,
+        )
+    with pytest.raises(ValueError, match="cannot tile"):
+        tiled.across_blocks(Y[..., :4], G, reverse=False)
+
+
 def test_pairs_refuse_what_they_cannot_represent() -> None:
     gen = torch.Generator().manual_seed(0)
     X = Pairs.of(_factor(2, 5, 2, gen, "none"), 5, 2)

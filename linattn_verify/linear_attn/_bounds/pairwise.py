@@ -56,8 +56,11 @@ class Separable:
     Attributes:
         a: Row features ``[H', L, R]`` of positions t = 1..L.
         b: Column features ``[H', L+1, R]`` of positions j = 0..L (0 is the initial state).
-        G: Log-decay prefix ``[H', L+1, R or 1]`` with ``G[:, 0] = 0``, or `None` (no decay).
-            H' is 1 or the number of heads throughout.
+        G: Log-decay prefix ``[H', L+1, R_G]`` with ``G[:, 0] = 0``, or `None` (no decay):
+            R_G = 1 (one decay for every channel) or a divisor of R, channel r decaying with
+            G's channel r mod R_G (`_tiled`: a sum of factors sharing one per-channel decay
+            keeps it once instead of a concatenated copy). H' is 1 or the number of heads
+            throughout.
     """
 
     a: torch.Tensor
@@ -74,15 +77,16 @@ class Separable:
             # a matrix product, where the columns' decay span keeps both factors in range.
             ref = self.G[:, r : r + 1]
             if float((ref[:, 0] - self.G[:, int(j.max())]).max()) <= FACTORED_SPAN:
-                rows = at * torch.exp(self.G[:, t] - ref)
-                out = rows @ (bj * torch.exp(ref - self.G[:, j])).transpose(-1, -2)
+                R = at.shape[-1]
+                rows = at * _tiled(torch.exp(self.G[:, t] - ref), R)
+                out = rows @ (bj * _tiled(torch.exp(ref - self.G[:, j]), R)).transpose(-1, -2)
                 return out.masked_fill(j[None, None, :] > t[None, :, None], 0.0)
         causal = (j[None, :] <= t[:, None])[None, :, :, None]
         D = self.G[:, t][:, :, None, :] - self.G[:, j][:, None, :, :]  # [H', P, Q, R']
         W = torch.exp(D.masked_fill(~causal, float("-inf")))
         if W.shape[-1] == 1:  # one decay for every channel
             return (at @ bj.transpose(-1, -2)) * W[..., 0]
-        return torch.einsum("hpr,hqr,hpqr->hpq", at, bj, W)
+        return torch.einsum("hpr,hqr,hpqr->hpq", at, bj, _tiled(W, at.shape[-1]))
 
 
 @dataclass(frozen=True)
@@ -128,15 +132,17 @@ class Factor:
     def merge(self, c: float, other: Factor, c_other: float) -> Factor | None:
         """The sum c·self + c_other·other as one factor (channels concatenated), or `None`.
 
-        `None` where the two decay differently (another G).
+        `None` where the two decay differently (another G), or where their channels do not
+        tile a per-channel G (`Separable`).
         """
         a, b = self.far, other.far
         if a.G is not b.G:
             return None
         H = max(a.a.shape[0], b.a.shape[0])
         G = a.G
-        if G is not None and G.shape[-1] > 1:  # one decay per channel: the channels concatenate
-            G = torch.cat([G, G], -1)
+        # One decay per channel: the concatenated channels tile it when each factor's do.
+        if G is not None and (a.a.shape[-1] % G.shape[-1] or b.a.shape[-1] % G.shape[-1]):
+            return None
         far = Separable(
             torch.cat([c * a.a.expand(H, -1, -1), c_other * b.a.expand(H, -1, -1)], -1),
             torch.cat([a.b.expand(H, -1, -1), b.b.expand(H, -1, -1)], -1),
@@ -356,7 +362,20 @@ def _decayed(
     """X ``[H', P, R]`` times exp(sign (G_t - G_ref)) per channel (1 without decay)."""
     if G is None:
         return x
-    return x * torch.exp(sign * (G[:, t] - G[:, ref : ref + 1]))
+    return x * _tiled(torch.exp(sign * (G[:, t] - G[:, ref : ref + 1])), x.shape[-1])
+
+
+def _tiled(decay: torch.Tensor, R: int) -> torch.Tensor:
+    """Per-channel decay factors ``[..., R_G]`` for R channels: channel r takes r mod R_G.
+
+    One channel (a decay shared by all) broadcasts as it is.
+    """
+    n = decay.shape[-1]
+    if n in (1, R):
+        return decay
+    if R % n:
+        raise ValueError(f"{R} channels cannot tile a decay of {n} channels")
+    return decay.repeat(*([1] * (decay.ndim - 1)), R // n)
 
 
 def _scan_term(
@@ -374,8 +393,9 @@ def _scan_term(
     ("big") is contracted by one matrix product per block, the others with Y through their
     outer product (small), so a block costs O(P Π R_f D) multiply-adds.
 
-    With ``column_decay`` G ``[H', L+1, D]`` each column z of Y also decays, exp(G_tz - G_jz)
-    (a vector gate aligned with the output's columns), and only pairs across blocks are
+    With ``column_decay`` G ``[H', L+1, D_G]`` each column z of Y also decays, exp(G_tz - G_jz)
+    (a vector gate aligned with the output's columns; D_G a divisor of D, column z taking G's
+    z mod D_G as in `Separable`), and only pairs across blocks are
     summed: the caller adds the blocks' own pairs with their exact weights
     (`Pairs.diagonal`).
     """
@@ -412,7 +432,7 @@ def _scan_term(
         if state is not None:
             state = _carry(state, term, big, rest, e, s0, D)
             if Gc is not None:
-                decay = torch.exp(Gc[:, e] - Gc[:, s0])  # [H', D]
+                decay = _tiled(torch.exp(Gc[:, e] - Gc[:, s0]), D)  # [H', D]
                 state = (state.reshape(H, state.shape[1], -1, D) * decay[:, None, None, :]).reshape(
                     state.shape
                 )
@@ -460,7 +480,7 @@ def _carry(
         G, R = f.far.G, f.far.a.shape[-1]
         if G is None:
             return torch.ones(1, R, dtype=state.dtype, device=state.device)
-        return torch.exp(G[:, e] - G[:, s0]).expand(-1, R)  # [H', R]
+        return _tiled(torch.exp(G[:, e] - G[:, s0]), R).expand(-1, R)  # [H', R]
 
     if all(f.far.G is None for f in term):
         return state

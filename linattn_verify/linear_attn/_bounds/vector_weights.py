@@ -161,9 +161,7 @@ class VectorWeights:
             return out
 
         f, g = self._error_parts()
-        far = Separable(
-            torch.cat([f * a, a], -1), torch.cat([b0, g * b0], -1), torch.cat([Gc, Gc], -1)
-        )
+        far = Separable(torch.cat([f * a, a], -1), torch.cat([b0, g * b0], -1), Gc)
         unit = self.seq.recipe.chunk_size if self.seq.recipe.decay_scan == "chunk_local" else 1
         return Pairs.of(Factor(far, near, unit), self.seq.L, self.seq.block)
 
@@ -211,12 +209,12 @@ class VectorWeights:
             plain[:, s0:e] += near_plain
             err[:, s0:e] += near_err
         f, g = self._error_parts()
-        GG = torch.cat([Gc, Gc], -1)
+        # Both halves of the columns decay alike: Gc's K channels tile the 2K.
         if reverse:  # Y is indexed by rows t, the result by columns j
-            far = P.across_blocks(torch.cat([Y, f * Y], -1), GG, reverse=True)
+            far = P.across_blocks(torch.cat([Y, f * Y], -1), Gc, reverse=True)
             err.add_(far[..., K:]).add_(g[:, 1:] * far[..., :K])
         else:
-            far = P.across_blocks(torch.cat([Y, g[:, 1:] * Y], -1), GG, reverse=False)
+            far = P.across_blocks(torch.cat([Y, g[:, 1:] * Y], -1), Gc, reverse=False)
             err.add_(f * far[..., :K]).add_(far[..., K:])
         plain += far[..., :K]
         return plain, err
@@ -277,11 +275,9 @@ class VectorWeights:
         # ε = f(t, m) + g(j, m) across blocks: f on the rows' side, g on the columns'.
         f, g = self._error_parts()
         if reverse:  # Y is indexed by rows t, the result by columns j
-            far = P.across_blocks(torch.cat([f * Y, Y], -1), torch.cat([Gc, Gc], -1), reverse=True)
+            far = P.across_blocks(torch.cat([f * Y, Y], -1), Gc, reverse=True)
             return out + far[..., :K] + g[:, 1:] * far[..., K:]
-        far = P.across_blocks(
-            torch.cat([Y, g[:, 1:] * Y], -1), torch.cat([Gc, Gc], -1), reverse=False
-        )
+        far = P.across_blocks(torch.cat([Y, g[:, 1:] * Y], -1), Gc, reverse=False)
         return out + f * far[..., :K] + far[..., K:]
 
     def _aligned_block(
