@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 from linattn_verify.cli._args import DEFAULT_FAMILY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from linattn_verify.core.arguments import csv_of, nonnegative_float, positive
+from linattn_verify.core.arguments import (
+    dtype_name,
+    dtypes_of,
+    nonnegative_float,
+    positive,
+    seconds,
+)
 from linattn_verify.core.family import families
 from linattn_verify.typing import (
     FINAL_STATE_DTYPES,
@@ -58,9 +64,9 @@ def add_target_flags(parser: Any, family: str, *, dtypes: bool = True) -> None:
     if dtypes:
         cap.add_argument(
             "--dtypes",
-            type=csv_of(KERNEL_DTYPES),
+            type=dtypes_of(KERNEL_DTYPES),
             default=KERNEL_DTYPES,
-            help="input dtypes. Default: %(default)s",
+            help="input dtypes (fp32, fp16, bf16 or the torch names). Default: %(default)s",
         )
     cap.add_argument(
         "--max-head-dim", type=positive, default=256, help="largest K and V. Default: %(default)r"
@@ -75,6 +81,7 @@ def add_target_flags(parser: Any, family: str, *, dtypes: bool = True) -> None:
     )
     cap.add_argument(
         "--final-state-dtype",
+        type=dtype_name,
         choices=FINAL_STATE_DTYPES,
         default="float32",
         help="dtype of the final state it returns: float32 (or wider), or the input dtype (the "
@@ -131,6 +138,7 @@ def add_target_flags(parser: Any, family: str, *, dtypes: bool = True) -> None:
     )
     rec.add_argument(
         "--intermediate-dtype",
+        type=dtype_name,
         choices=("none", "input", "float16", "bfloat16"),
         default="none",
         help="dtype intermediates are rounded to. Default: none",
@@ -159,7 +167,7 @@ def add_parser(sub: Any, family: str) -> None:
     run = check.add_argument_group("the search")
     run.add_argument(
         "--budget",
-        type=nonnegative_float,
+        type=seconds,
         default=60.0,
         help="wall-clock seconds for the whole check. Default: %(default)r",
     )
@@ -282,24 +290,12 @@ def _judged_on(device: torch.device) -> Iterator[None]:
 
 def command(args: argparse.Namespace) -> int:
     """``linattn-verify check TARGET``."""
+    import shutil
     import tempfile
 
-    from linattn_verify.checking import CheckListener, SearchSettings, check_kernel
     from linattn_verify.core.family import family_named
     from linattn_verify.errors import InvalidArgument
-    from linattn_verify.isolation import check_isolated
-    from linattn_verify.progress import Progress
-    from linattn_verify.results import CaseRecord, PropertyVerdict
-    from linattn_verify.running import progress_line
 
-    if not args.budget > 0:
-        # check_kernel's own check, as a usage error: the first round runs whatever the budget.
-        print(
-            f"linattn-verify check: error: Got --budget {args.budget:g}, but the budget must be "
-            "a positive number of seconds.",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
     try:
         device = _device(args.device)
         family = family_named(args.family)
@@ -328,7 +324,36 @@ def command(args: argparse.Namespace) -> int:
         f"{', each kernel process isolated' if isolate else ''}",
         file=out,
     )
+    # Without --report the run document lives in a temporary folder, removed at the end, and
+    # failing cases go where `replay` and the pytest plugin look (.linattn-failures).
+    keep = args.report is not None
     report_dir = args.report or Path(tempfile.mkdtemp(prefix="linattn-check-"))
+    try:
+        return _checked(args, source, kernel, properties, isolate, device, report_dir, keep, out)
+    finally:
+        if not keep:
+            shutil.rmtree(report_dir, ignore_errors=True)
+
+
+def _checked(
+    args: argparse.Namespace,
+    source: Any,
+    kernel: Any,
+    properties: Any,
+    isolate: bool,
+    device: Any,
+    report_dir: Path,
+    keep: bool,
+    out: Any,
+) -> int:
+    """The search, the run document and the summary of `command` (exit status)."""
+    from linattn_verify.checking import CheckListener, SearchSettings, check_kernel
+    from linattn_verify.failures import failures_directory
+    from linattn_verify.isolation import check_isolated
+    from linattn_verify.progress import Progress
+    from linattn_verify.results import CaseRecord, PropertyVerdict
+    from linattn_verify.running import progress_line
+
     report_dir.mkdir(parents=True, exist_ok=True)
     writer = _check_writer(args, report_dir, kernel, source)
 
@@ -356,7 +381,7 @@ def command(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_seq_len=args.max_seq_len,
         max_head_dim=min(16, args.max_head_dim),
-        failures_dir=report_dir / "failures",
+        failures_dir=report_dir / "failures" if keep else failures_directory(),
         fail_fast=args.fail_fast,
     )
     with bar, _judged_on(device):
@@ -368,7 +393,7 @@ def command(args: argparse.Namespace) -> int:
         # Those decided at the end ("not_run", "not_applicable"), each verdict once.
         if verdict not in delivered:
             writer.add_verdict(verdict)
-    document = writer.finish(render=not args.no_render)
+    document = writer.finish(render=keep and not args.no_render)
     if args.json:
         print(json.dumps(document, default=str))
     findings = _print_findings(document, report.verdicts, out)
@@ -379,11 +404,14 @@ def command(args: argparse.Namespace) -> int:
     grouped = f" ({findings} finding{'s' if findings != 1 else ''})" if count["failed"] else ""
     rounding = f", {count['within_rounding']} within rounding" if count["within_rounding"] else ""
     totals = document["totals"]
+    where = f"report in {report_dir}" if keep else "no report kept: --report DIR keeps one"
+    if not keep and count["failed"]:
+        where += f"; failing cases in {failures_directory().resolve()}"
     print(
         f"\n{count['held']} held{rounding}, {count['failed']} failed{grouped}, "
         f"{count['not_applicable']} not applicable, {count['not_run']} not run; largest T "
         f"{totals['largest_T']}, largest head dim {totals['largest_head_dim']} "
-        f"({report.seconds:.1f} s{when}; report in {report_dir})",
+        f"({report.seconds:.1f} s{when}; {where})",
         file=out,
     )
     return EXIT_OK if report.ok else EXIT_FAILED

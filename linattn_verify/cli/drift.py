@@ -10,27 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from linattn_verify.core.arguments import nonnegative_float, positive
-
-DTYPE_ALIASES = {
-    "fp32": "float32",
-    "float32": "float32",
-    "fp16": "float16",
-    "float16": "float16",
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-}
-
-
-def dtype_list(text: str) -> tuple[str, ...]:
-    """Parse ``fp32,bf16`` (or the long names) into dtype names."""
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [x for x in items if x not in DTYPE_ALIASES]
-    if not items or bad:
-        raise argparse.ArgumentTypeError(
-            f"expected a comma-separated subset of fp32,fp16,bf16 but got {text!r}"
-        )
-    return tuple(dict.fromkeys(DTYPE_ALIASES[x] for x in items))
+from linattn_verify.core.arguments import dtypes_of, positive, seconds
+from linattn_verify.typing import KERNEL_DTYPES
 
 
 def power_of_two(text: str) -> int:
@@ -55,16 +36,17 @@ def add_parser(sub: Any, family: str) -> None:
     drift.add_argument("kernel", metavar="KERNEL", help="a registered kernel or a target")
     drift.add_argument(
         "--dtypes",
-        type=dtype_list,
+        type=dtypes_of(KERNEL_DTYPES),
         default=("float32",),
-        help="input dtypes: fp32, fp16, bf16. Default: fp32",
+        help="input dtypes (fp32, fp16, bf16 or the torch names). Default: float32",
     )
     drift.add_argument(
         "--state-dtypes",
-        type=dtype_list,
+        type=dtypes_of(KERNEL_DTYPES),
         default=("float32",),
-        help="dtypes the state is read in: fp32 (the kernel as declared) and, for kernels with "
-        "a state_dtype= option (torch/chunk, torch/delta.chunk), fp16, bf16. Default: fp32",
+        help="dtypes the state is read in: float32 (the kernel as declared) and, for kernels "
+        "with a state_dtype= option (torch/chunk, torch/delta.chunk), float16, bfloat16 (or "
+        "fp32, fp16, bf16). Default: float32",
     )
     drift.add_argument(
         "--start-T", type=power_of_two, default=64, help="first T. Default: %(default)r"
@@ -74,7 +56,7 @@ def add_parser(sub: Any, family: str) -> None:
     )
     drift.add_argument(
         "--budget",
-        type=nonnegative_float,
+        type=seconds,
         default=300.0,
         help="wall-clock seconds; no T is started that is predicted to end past it. "
         "Default: %(default)r",
@@ -164,8 +146,6 @@ def command(args: argparse.Namespace) -> int:
                 f"Got --max-T {args.max_T} < --start-T {args.start_T}; --max-T must be >= "
                 "--start-T."
             )
-        if not args.budget > 0:
-            raise InvalidArgument(f"Got --budget {args.budget:g}; --budget must be > 0 seconds.")
         settings = DriftSettings(
             dtypes=args.dtypes,
             state_dtypes=args.state_dtypes,
@@ -238,4 +218,4 @@ def _flagged(message: str) -> str:
     return re.sub(rf"\b({settings})=", lambda m: f"--{m.group(1).replace('_', '-')} ", message)
 
 
-__all__ = ["add_parser", "command", "dtype_list", "load_kernel", "power_of_two"]
+__all__ = ["add_parser", "command", "load_kernel", "power_of_two"]

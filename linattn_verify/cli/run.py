@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from linattn_verify.core.arguments import csv_of, globs, nonnegative, positive
+from linattn_verify.core.arguments import csv_of, dtypes_of, globs, nonnegative, positive
 from linattn_verify.progress import Progress
 from linattn_verify.results import FAIL_THRESHOLD, CaseRecord
 from linattn_verify.typing import GATES, KERNEL_DTYPES
@@ -32,9 +32,9 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument(
         "--dtypes",
-        type=csv_of(KERNEL_DTYPES),
+        type=dtypes_of(KERNEL_DTYPES),
         default=KERNEL_DTYPES,
-        help="input dtypes. Default: %(default)s",
+        help="input dtypes (fp32, fp16, bf16 or the torch names). Default: %(default)s",
     )
     run.add_argument(
         "--gates",

@@ -10,6 +10,8 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from linattn_verify.typing import DTYPE_ALIASES
+
 
 def csv_of(choices: Sequence[str]) -> Any:
     """A comma-separated subset of ``choices``, as a tuple in the given order."""
@@ -22,6 +24,31 @@ def csv_of(choices: Sequence[str]) -> Any:
                 f"expected a comma-separated subset of {','.join(choices)} but got {text!r}"
             )
         return items
+
+    return parse
+
+
+def dtype_name(text: str) -> str:
+    """A dtype by its torch name or short spelling (`DTYPE_ALIASES`), as its torch name.
+
+    For flags with ``choices``: argparse checks the choice after this conversion.
+    """
+    name = text.strip()
+    return DTYPE_ALIASES.get(name, name)
+
+
+def dtypes_of(choices: Sequence[str]) -> Any:
+    """A comma-separated subset of the dtypes ``choices``, each by either spelling."""
+    short = {name: alias for alias, name in DTYPE_ALIASES.items()}
+    spelled = ", ".join(f"{c} ({short[c]})" if c in short else c for c in choices)
+
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(dtype_name(x) for x in text.split(",") if x.strip())
+        if not items or any(x not in choices for x in items):
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated subset of {spelled} but got {text!r}"
+            )
+        return tuple(dict.fromkeys(items))
 
     return parse
 
@@ -56,6 +83,17 @@ def nonnegative(text: str) -> int:
     return value
 
 
+def seconds(text: str) -> float:
+    """A finite number of seconds > 0 (a time budget)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0 but got {text!r}")
+    return value
+
+
 def nonnegative_float(text: str) -> float:
     """A finite number >= 0."""
     try:
@@ -67,4 +105,13 @@ def nonnegative_float(text: str) -> float:
     return value
 
 
-__all__ = ["csv_of", "globs", "nonnegative", "nonnegative_float", "positive"]
+__all__ = [
+    "csv_of",
+    "dtype_name",
+    "dtypes_of",
+    "globs",
+    "nonnegative",
+    "nonnegative_float",
+    "positive",
+    "seconds",
+]

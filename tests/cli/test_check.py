@@ -151,10 +151,34 @@ def test_decay_required_without_decay_is_a_usage_error(
     assert "decay_required" in capsys.readouterr().err
 
 
-def test_bad_flag_is_a_usage_error(target_file: Path) -> None:
+@pytest.mark.parametrize("budget", ["0", "-1", "inf", "nan", "soon"])
+def test_every_budget_but_a_positive_number_of_seconds_is_refused_alike(
+    target_file: Path, budget: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["check", f"{target_file}:correct", "--budget", "-1"])
+        main(["check", f"{target_file}:correct", "--budget", budget])
     assert info.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"argument --budget: expected a number of seconds > 0 but got '{budget}'" in err
+
+
+@pytest.mark.parametrize("command", ["check", "run", "drift"])
+def test_dtypes_take_one_spelling_everywhere(
+    command: str, target_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The short names and the torch names, mixed, in every command that takes dtypes; parsed
+    # to the torch names. A name of neither kind is refused naming both spellings.
+    from linattn_verify.cli import build_parser
+
+    target = [f"{target_file}:correct"] if command != "run" else []
+    if command == "drift":
+        target = ["torch/chunk"]
+    args = build_parser().parse_args([command, *target, "--dtypes", "fp32,bfloat16,fp32"])
+    assert args.dtypes == ("float32", "bfloat16")
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args([command, *target, "--dtypes", "f32"])
+    assert info.value.code == EXIT_USAGE
+    assert "float32 (fp32), float16 (fp16), bfloat16 (bf16)" in capsys.readouterr().err
 
 
 def test_a_check_failure_replays_from_its_saved_target(
@@ -225,12 +249,26 @@ def test_check_json_keeps_stdout_pure_json_with_the_bar_on_stderr(
     assert "FAILED after" in shown.err
 
 
-def test_a_budget_of_zero_is_a_usage_error_naming_it(
-    target_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("kernel", ["correct", "drops_initial_state"])
+def test_a_check_without_report_leaves_no_folder_behind(
+    kernel: str, target_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert _check(f"{target_file}:correct", "--budget", "0", report=tmp_path / "r") == EXIT_USAGE
-    assert "--budget 0" in capsys.readouterr().err
-    assert not (tmp_path / "r" / "run.json").exists()
+    # Its run document lives in a temporary folder, removed at the end; failing cases are kept
+    # where replay and the pytest plugin look (.linattn-failures in the working directory).
+    import tempfile
+
+    temp, work = tmp_path / "temp", tmp_path / "work"
+    temp.mkdir()
+    work.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr("linattn_verify.failures._directory", None)  # not the plugin's
+    monkeypatch.chdir(work)
+    flags = ["--decay", "data", "--form", "recurrent", "--budget", "4", "--max-seq-len", "12"]
+    code = main(["check", f"{target_file}:{kernel}", *flags])
+    assert code == (EXIT_OK if kernel == "correct" else EXIT_FAILED)
+    assert not list(temp.glob("linattn-*")), "a folder of ours left behind"  # torch's may be
+    saved = list((work / ".linattn-failures").glob("*.json"))
+    assert bool(saved) == (kernel != "correct")
 
 
 @pytest.mark.parametrize(

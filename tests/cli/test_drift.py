@@ -141,7 +141,6 @@ def test_the_budget_stop_is_reported(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["torch/chunk", "--max-T", "64", "--start-T", "128"], "--max-T"),
         (["torch/nope"], "torch/nope"),
         (["torch/chunk", "--normalized"], "--normalized"),
-        (["torch/chunk", "--budget", "0"], "--budget"),
     ],
 )
 def test_usage_errors_exit_2_naming_the_argument(
@@ -163,7 +162,8 @@ def test_a_gate_the_target_does_not_declare_is_a_usage_error(
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--dtypes", "fp8"), ("--max-T", "100"), ("--start-T", "-4")]
+    ("flag", "value"),
+    [("--dtypes", "fp8"), ("--max-T", "100"), ("--start-T", "-4"), ("--budget", "0")],
 )
 def test_malformed_values_are_argparse_errors(
     capsys: pytest.CaptureFixture[str], flag: str, value: str

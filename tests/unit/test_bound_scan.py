@@ -281,7 +281,8 @@ def test_a_per_channel_decay_tiles_channels_as_its_written_out_copy(block: int) 
     assert G is not None
     two = Factor(Separable(two.far.a, two.far.b, G))
     merged = (Pairs.of(one, L, block) * 0.5 + Pairs.of(two, L, block) * 2.0).terms
-    assert len(merged) == 1 and merged[0][1][0].far.G is G, "merged, G kept once"
+    assert len(merged) == 1, "merged into one factor"
+    assert merged[0][1][0].far.G is G, "G kept once, not written out"
     written = Factor(
         Separable(
             torch.cat([0.5 * one.far.a, 2.0 * two.far.a], -1),
