@@ -130,8 +130,10 @@ def check_kernel(
     the first round's searches run `FIRST_ROUND_EXAMPLES` cases at most, later ones as many as
     the property's speed so far fits in the slice (at most `MAX_SEARCH_EXAMPLES`). The first
     round draws realistic values only (the kernel's family's realistic cases, `Family.cases_for`:
-    a failure at magnitudes models produce is found before one at extreme magnitudes) and always
-    runs, whatever the budget, so every property is tried. Then the size reach
+    a failure at magnitudes models produce is found before one at extreme magnitudes). The budget
+    is wall-clock: past it no case starts in any round, shrinking stops and no diagnosis begins
+    (a property the first round never reached is ``not_run``; the case running then finishes,
+    each of its kernel calls within the per-call timeout). Then the size reach
     (`linattn_verify.reach`, for the families it knows) checks the boundary sizes for up to
     `REACH_SHARE` of the budget, then the rounds go on with every value family. A failure is
     shrunk to a minimal case (for at most `SHRINK_SHARE` of the budget), diagnosed
@@ -174,7 +176,9 @@ def check_kernel(
         for name in pending:
             search_started = time.perf_counter()
             end = started + budget
-            if round_ > 0 and search_started >= end:
+            # The budget is wall-clock: past it no search starts, the first round's included
+            # (a property never reached is not_run); a case running then finishes.
+            if search_started >= end:
                 break
             examples = _examples_for(verdicts[name], seconds, round_)
             verdict = search_property(
@@ -188,7 +192,7 @@ def check_kernel(
                 started=started,
                 listener=listener,
                 deadline=search_started + seconds,
-                end=None if round_ == 0 else end,
+                end=end,
                 seen=seen[name],
                 shrink_seconds=SHRINK_SHARE * budget,
                 diagnosis_seconds=_diagnosis_seconds(budget),
@@ -284,9 +288,9 @@ def _reach(
                     prop, spec, kernel, directory=search.failures_dir, steer=False
                 )
             except PropertyViolation as exc:
-                exc = _diagnosed(
-                    prop, spec, kernel, exc, search.failures_dir, _diagnosis_seconds(search.budget)
-                )
+                seconds_left = _left(_diagnosis_seconds(search.budget), started + search.budget)
+                if seconds_left > 0:
+                    exc = _diagnosed(prop, spec, kernel, exc, search.failures_dir, seconds_left)
                 seconds_ = time.perf_counter() - item_started
                 listener.case_finished(
                     record_of(kernel, spec, exc.result, seconds_, exc.failure_file)
@@ -326,6 +330,11 @@ def _reach(
             f"largest T {reached['T']}, largest head dim {reached['K']}, most heads {reached['H']}"
             + (f"; {len(skipped)} sizes left for a larger budget" if skipped else "")
         )
+
+
+def _left(seconds: float, end: float | None) -> float:
+    """``seconds``, or what is left until ``end`` (a `time.perf_counter` value) if less."""
+    return seconds if end is None else min(seconds, end - time.perf_counter())
 
 
 def _diagnosis_seconds(budget: float) -> float:
@@ -377,9 +386,10 @@ def search_property(
 
     After ``deadline`` (a `time.perf_counter` value) no further case runs once
     `MIN_SEARCH_EXAMPLES` have (Hypothesis draws its simplest cases first: a search of one or
-    two cases would only ever see those), and after ``end`` none once one has. A failure is
-    shrunk for at most ``shrink_seconds`` (`None`: until Hypothesis is done). Cases in ``seen``
-    (reprs of the cases earlier searches of this property ran; updated) are skipped: every
+    two cases would only ever see those), and after ``end`` none at all. A failure is shrunk
+    for at most ``shrink_seconds`` (`None`: until Hypothesis is done) and not past ``end``.
+    Cases in ``seen`` (reprs of the cases earlier searches of this property ran; updated) are
+    skipped: every
     search starts from Hypothesis's simplest case, which a short search would otherwise spend
     its time on again. The minimal
     failing case is recorded (the cases tried while shrinking are not), with its recipe
@@ -397,17 +407,23 @@ def search_property(
     # (spec, violation, seconds into the check, seconds of the case, when) of each failing case.
     failing: list[tuple[Any, PropertyViolation, float, float, float]] = []
 
+    def shrunk_enough() -> bool:
+        """Whether the shrink's time, or the budget, is spent (only after a failure)."""
+        now = time.perf_counter()
+        spent = shrink_seconds is not None and now - failing[0][4] > shrink_seconds
+        return spent or (end is not None and now > end)
+
     def skipped(key: str) -> bool:
         """Whether the case ``key`` is left out (it then counts as passing)."""
         now = time.perf_counter()
         if failing:
-            # Shrinking: past its time only the cases that failed run again (Hypothesis replays
-            # the smallest of them last); the others pass, which ends the shrink.
-            shrunk_enough = shrink_seconds is not None and now - failing[0][4] > shrink_seconds
-            return shrunk_enough and key not in {repr(f[0]) for f in failing}
+            # Shrinking: past its time only the cases that failed count (Hypothesis replays the
+            # smallest of them last; `search` answers those from memory); the others pass,
+            # which ends the shrink.
+            return shrunk_enough() and key not in {repr(f[0]) for f in failing}
         ran = tally["examples"]
         slice_spent = deadline is not None and now > deadline and ran >= MIN_SEARCH_EXAMPLES
-        budget_spent = end is not None and now > end and ran >= 1
+        budget_spent = end is not None and now > end
         return slice_spent or budget_spent or key in seen
 
     @hypothesis_seed(seed)
@@ -422,6 +438,12 @@ def search_property(
     @given(spec=strategy)
     def search(spec: Any) -> None:
         key = repr(spec)
+        if failing and shrunk_enough():
+            # A case that failed fails again without running the kernel: past the shrink's
+            # time a hung kernel's replays would each cost the whole per-call timeout.
+            for failed, violation, *_ in failing:
+                if repr(failed) == key:
+                    raise violation
         if skipped(key):
             return
         seen.add(key)
@@ -461,7 +483,9 @@ def search_property(
     if final is not None and failure.result is not None:
         spec, _, _, seconds, _ = final
         if diagnosis_seconds is not None:
-            failure = _diagnosed(prop, spec, kernel, failure, failures_dir, diagnosis_seconds)
+            seconds_left = _left(diagnosis_seconds, end)
+            if seconds_left > 0:
+                failure = _diagnosed(prop, spec, kernel, failure, failures_dir, seconds_left)
         listener.case_finished(
             record_of(kernel, spec, failure.result, seconds, failure.failure_file)
         )

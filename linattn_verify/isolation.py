@@ -34,6 +34,10 @@ SILENCE_FACTOR = 10
 
 MIN_SILENCE = 120.0
 
+OVERRUN_GRACE = 10.0
+"""Seconds past the budget the parent waits for a child's last case before killing it (a kernel
+hung where the per-call alarm cannot reach it); that case is dropped, not failed."""
+
 
 class _QueueListener(CheckListener):
     """The child's listener: forwards every event to the parent."""
@@ -57,6 +61,10 @@ class _QueueListener(CheckListener):
 def _child(source: KernelSource, names: Sequence[str], search: SearchSettings, events: Any) -> None:
     """The child process: load the kernel, check ``names``, report the end."""
     from linattn_verify.core.family import family_of
+
+    # Ctrl-C reaches the whole process group: the parent stops the check and kills this child,
+    # which must not print a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     kernel = source.load()
     catalogue = family_of(kernel).properties()
@@ -112,15 +120,19 @@ def check_isolated(
         # children found, with its times shifted to the start of the whole check.
         base, offset = dict(verdicts), time.perf_counter() - started
         current: tuple[str, str] | None = None
-        finished, last_heard = False, time.perf_counter()
+        finished, last_heard, overrun = False, time.perf_counter(), False
         while not finished:
             try:
                 kind, payload = events.get(timeout=1.0)
             except queue_module.Empty:
                 quiet = time.perf_counter() - last_heard
-                if not child.is_alive() or quiet > silence:
+                overrun = time.perf_counter() - started > search.budget + OVERRUN_GRACE
+                if not child.is_alive() or quiet > silence or overrun:
                     break
                 continue
+            except BaseException:
+                child.kill()  # Ctrl-C in the parent: no child outlives the check
+                raise
             last_heard = time.perf_counter()
             if kind == "progress":
                 listener.progress(payload)
@@ -139,6 +151,13 @@ def check_isolated(
             child.kill()
         child.join()
         if finished:
+            break
+        if overrun and child.exitcode is not None and child.exitcode < 0:
+            # The budget ended during a case the child did not finish: dropped, not failed.
+            listener.progress(
+                f"  the budget ended {OVERRUN_GRACE:g} s ago while {current[0] if current else ''} "
+                "ran a case: stopped"
+            )
             break
         crashed = current[0] if current else remaining[0]
         case = current[1] if current else "(before the first case)"

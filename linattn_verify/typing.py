@@ -20,15 +20,6 @@ DtypeName = Literal["float64", "float32", "float16", "bfloat16"]
 DTYPE_NAMES: tuple[DtypeName, ...] = get_args(DtypeName)
 """Every dtype name, widest first (report order)."""
 
-DTYPE_ALIASES: dict[str, DtypeName] = {
-    "fp64": "float64",
-    "fp32": "float32",
-    "fp16": "float16",
-    "bf16": "bfloat16",
-}
-"""The short spellings every dtype flag of the CLI also takes (``--dtypes fp32,bf16``); results
-and messages always use the torch names."""
-
 FeatureMap = Literal["identity", "elu1", "relu", "taylor2", "rebased", "favor+"]
 """Feature maps φ. Elementwise: ``identity``; ``elu1`` = elu(x)+1 = where(x>0, x+1, exp(x));
 ``relu``. Lifted (R^K to R^F, `linattn_verify.linear_attn.feature_maps`): ``taylor2`` (Based),
@@ -106,7 +97,6 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 __all__ = [
-    "DTYPE_ALIASES",
     "DTYPE_NAMES",
     "FINAL_STATE_DTYPES",
     "FORMS",

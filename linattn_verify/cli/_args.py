@@ -7,6 +7,8 @@ import argparse
 from collections.abc import Sequence
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (SIGINT): 128 + the signal's number, as shells report it."""
 
 DEFAULT_FAMILY = "linear_attn"
 

@@ -7,13 +7,20 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from linattn_verify.cli._args import DEFAULT_FAMILY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from linattn_verify.cli._args import (
+    DEFAULT_FAMILY,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from linattn_verify.core.arguments import (
     dtype_name,
     dtypes_of,
@@ -347,7 +354,7 @@ def _checked(
     out: Any,
 ) -> int:
     """The search, the run document and the summary of `command` (exit status)."""
-    from linattn_verify.checking import CheckListener, SearchSettings, check_kernel
+    from linattn_verify.checking import CheckListener, CheckReport, SearchSettings, check_kernel
     from linattn_verify.failures import failures_directory
     from linattn_verify.isolation import check_isolated
     from linattn_verify.progress import Progress
@@ -361,6 +368,7 @@ def _checked(
     bar = Progress("check", None, verbose=args.verbose, unit="examples", budget=args.budget)
 
     delivered: set[PropertyVerdict] = set()
+    latest: dict[str, PropertyVerdict] = {}
 
     class Printer(CheckListener):
         def progress(self, line: str) -> None:
@@ -375,6 +383,7 @@ def _checked(
             # As they settle, so the document on disk is live during a long check.
             writer.add_verdict(verdict)
             delivered.add(verdict)
+            latest[verdict.property] = verdict
 
     search = SearchSettings(
         budget=args.budget,
@@ -384,11 +393,27 @@ def _checked(
         failures_dir=report_dir / "failures" if keep else failures_directory(),
         fail_fast=args.fail_fast,
     )
-    with bar, _judged_on(device):
-        if isolate:
-            report = check_isolated(source, list(properties), search, listener=Printer())
-        else:
-            report = check_kernel(kernel, properties, search, listener=Printer())
+    started = time.perf_counter()
+    interrupted = False
+    try:
+        with bar, _judged_on(device):
+            if isolate:
+                report = check_isolated(source, list(properties), search, listener=Printer())
+            else:
+                report = check_kernel(kernel, properties, search, listener=Printer())
+    except KeyboardInterrupt:
+        # Ctrl-C: what was decided so far is the result (written and summarised as usual); a
+        # property interrupted keeps what its earlier searches found, one never reached is
+        # not_run. No traceback: the user asked for the stop.
+        interrupted = True
+        report = CheckReport(
+            kernel=kernel.name,
+            verdicts=tuple(
+                latest.get(name, PropertyVerdict(kernel.name, name, "held")).settled()
+                for name in properties
+            ),
+            seconds=time.perf_counter() - started,
+        )
     for verdict in report.verdicts:
         # Those decided at the end ("not_run", "not_applicable"), each verdict once.
         if verdict not in delivered:
@@ -407,13 +432,16 @@ def _checked(
     where = f"report in {report_dir}" if keep else "no report kept: --report DIR keeps one"
     if not keep and count["failed"]:
         where += f"; failing cases in {failures_directory().resolve()}"
+    stop = "interrupted (Ctrl-C): " if interrupted else ""
     print(
-        f"\n{count['held']} held{rounding}, {count['failed']} failed{grouped}, "
+        f"\n{stop}{count['held']} held{rounding}, {count['failed']} failed{grouped}, "
         f"{count['not_applicable']} not applicable, {count['not_run']} not run; largest T "
         f"{totals['largest_T']}, largest head dim {totals['largest_head_dim']} "
         f"({report.seconds:.1f} s{when}; {where})",
         file=out,
     )
+    if interrupted:
+        return EXIT_INTERRUPTED
     return EXIT_OK if report.ok else EXIT_FAILED
 
 

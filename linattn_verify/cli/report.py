@@ -31,7 +31,8 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="also compare RUN_DIR with this earlier run (comparison.md, comparison.html): a "
         "10x jump in max r or max rho on an unchanged precision recipe, or a property that "
-        "newly fails, is a regression",
+        "newly fails, is a regression; runs whose case settings differ (examples, max seq len, "
+        "seed, gates, budget, Hypothesis profile) are set side by side, nothing flagged",
     )
 
 
@@ -70,6 +71,12 @@ def command(args: argparse.Namespace) -> int:
     for change in comparison.verdicts:
         if change.regression:
             print(f"REGRESSION {change.kernel} {change.property}: {change.before} -> failed")
+    if comparison.unlike:
+        differ = ", ".join(f"{name} {b} vs {a}" for name, b, a in comparison.unlike)
+        print(
+            f"not like with like: {differ} (the runs drew different cases); nothing flagged "
+            f"against {args.compare}"
+        )
     print(
         f"{comparison.regressions} regressions against {args.compare}; wrote "
         f"{out / 'comparison.md'} and {out / 'comparison.html'}"

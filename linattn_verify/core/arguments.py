@@ -10,7 +10,9 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from linattn_verify.typing import DTYPE_ALIASES
+DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+"""The short spellings every dtype flag of the CLI also takes (``--dtypes fp32,bf16``); results
+and messages always use the torch names."""
 
 
 def csv_of(choices: Sequence[str]) -> Any:
@@ -106,6 +108,7 @@ def nonnegative_float(text: str) -> float:
 
 
 __all__ = [
+    "DTYPE_ALIASES",
     "csv_of",
     "dtype_name",
     "dtypes_of",

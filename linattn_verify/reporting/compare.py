@@ -9,13 +9,18 @@ A regression is flagged when, for the same kernel, dtype and tensor,
   near-exact results is not flagged. With a changed recipe the bound changed, so a jump is
   reported but not flagged;
 - or a property that held (or did not apply) in the baseline failed in the new run.
+
+Only runs of like settings are compared this way: the command and what decides the cases drawn
+(`CASE_SETTINGS`: examples, longest T, seed, gates, budget, Hypothesis profile). Where those
+differ the cases differ, a 10x jump or a newly found failure says nothing about the kernel
+changing, and nothing is flagged: the comparison names the settings that differ instead.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from linattn_verify.errors import InvalidArgument
@@ -33,6 +38,10 @@ RHO_FLOOR = 1.0
 """ρ below one effective rounding counts as one."""
 ABSENT = "absent"
 """How the comparison names a verdict a run does not have (the property was not tried there)."""
+
+CASE_SETTINGS = ("command", "examples", "max_seq_len", "seed", "gates", "budget", "profile")
+"""What decides the cases a run draws (``profile``: the Hypothesis profile). Kernels and dtypes
+are not here: a run of fewer of them compares on the ones both have."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,8 @@ class RunComparison:
         environments: Side by side: (field, baseline value, new value).
         scores: One row per kernel, dtype and tensor in either run.
         verdicts: The properties whose verdict changed.
+        unlike: The `CASE_SETTINGS` that differ: (setting, baseline value, new value). Where
+            any does, nothing is flagged.
     """
 
     before_label: str
@@ -100,6 +111,7 @@ class RunComparison:
     environments: tuple[tuple[str, str, str], ...]
     scores: tuple[ScoreChange, ...]
     verdicts: tuple[VerdictChange, ...]
+    unlike: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def regressions(self) -> int:
@@ -125,6 +137,15 @@ def _maxima(document: Mapping[str, Any]) -> dict[tuple[str, str, str], tuple[Any
         (d["kernel"], d["dtype"], d["tensor"]): (score(d["r"]["max"]), score(d["rho"]["max"]))
         for d in document["distributions"]
     }
+
+
+def _case_settings(document: Mapping[str, Any]) -> dict[str, str]:
+    """The `CASE_SETTINGS` of a run document, as text (``-`` where it has none)."""
+    arguments = document.get("arguments") or {}
+    values = {name: arguments.get(name, "-") for name in CASE_SETTINGS}
+    values["command"] = document.get("command", "-")
+    values["profile"] = (document.get("environment") or {}).get("hypothesis_profile", "-")
+    return {name: str(value) for name, value in values.items()}
 
 
 def _recipes(document: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -200,6 +221,12 @@ def compare_runs(
         except InvalidArgument as exc:
             raise InvalidArgument(f"Got an invalid {name} document: {exc}") from None
     before, after = documents
+    b_settings, a_settings = _case_settings(before), _case_settings(after)
+    unlike = tuple(
+        (name, b_settings[name], a_settings[name])
+        for name in CASE_SETTINGS
+        if b_settings[name] != a_settings[name]
+    )
     b_max, a_max = _maxima(before), _maxima(after)
     b_recipes, a_recipes = _recipes(before), _recipes(after)
     scores = []
@@ -207,7 +234,10 @@ def compare_runs(
         kernel, dtype, _ = key
         changed = b_recipes.get(kernel, {}).get(dtype) != a_recipes.get(kernel, {}).get(dtype)
         both = key in b_max and key in a_max
-        scores.append(_score_change(key, b_max.get(key), a_max.get(key), changed and both))
+        row = _score_change(key, b_max.get(key), a_max.get(key), changed and both)
+        if unlike and row.regression:
+            row = replace(row, regression=False, notes=(*row.notes, "settings differ: not flagged"))
+        scores.append(row)
     b_verdicts = {(v.kernel, v.property): v.status for v in verdicts_of(before)}
     a_verdicts = {(v.kernel, v.property): v.status for v in verdicts_of(after)}
     verdicts = []
@@ -215,7 +245,9 @@ def compare_runs(
         b, a = b_verdicts.get((kernel, prop)), a_verdicts.get((kernel, prop))
         if a != b:
             verdicts.append(
-                VerdictChange(kernel, prop, before=b, after=a, regression=a == "failed")
+                VerdictChange(
+                    kernel, prop, before=b, after=a, regression=a == "failed" and not unlike
+                )
             )
     fields = ("device", "interpreter", "torch", "triton", "linattn_verify", "seed")
     environments = tuple(
@@ -232,10 +264,17 @@ def compare_runs(
         environments=environments,
         scores=tuple(scores),
         verdicts=tuple(verdicts),
+        unlike=unlike,
     )
 
 
 def _headline(comparison: RunComparison) -> str:
+    if comparison.unlike:
+        differ = ", ".join(f"{name} {b} vs {a}" for name, b, a in comparison.unlike)
+        return (
+            f"Not like with like ({differ}): the runs drew different cases, so nothing is "
+            f"flagged · {comparison.after_label} set beside {comparison.before_label}"
+        )
     n = comparison.regressions
     verdict = f"{n} REGRESSION{'S' if n != 1 else ''} FLAGGED" if n else "No regression"
     return f"{verdict} · {comparison.after_label} compared with {comparison.before_label}"
@@ -299,7 +338,15 @@ def _tables(comparison: RunComparison) -> list[Table]:
         ],
         status=["fail" if v.regression else "" for v in comparison.verdicts],
     )
-    return [verdicts, scores, env]
+    tables = [verdicts, scores, env]
+    if comparison.unlike:
+        differ = Table(
+            "Settings that decide the cases, where they differ",
+            ["setting", b, a],
+            [list(row) for row in comparison.unlike],
+        )
+        tables.insert(0, differ)
+    return tables
 
 
 def render_comparison_markdown(comparison: RunComparison) -> str:

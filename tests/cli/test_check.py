@@ -4,8 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,16 @@ KERNELS = textwrap.dedent(
         # What an out-of-bounds access past a short buffer does to a compiled kernel.
         if q.shape[1] > 6:
             os.kill(os.getpid(), signal.SIGSEGV)
+        return correct(q, k, v, g, scale=scale, initial_state=initial_state,
+                       output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+
+
+    def hangs(q, k, v, g=None, *, scale=None, initial_state=None,
+              output_final_state=False, cu_seqlens=None):
+        # A kernel that never returns past a few tokens (a deadlock on a long grid).
+        if q.shape[1] > 3:
+            import time
+            time.sleep(3600)
         return correct(q, k, v, g, scale=scale, initial_state=initial_state,
                        output_final_state=output_final_state, cu_seqlens=cu_seqlens)
 
@@ -282,3 +297,59 @@ def test_a_device_torch_cannot_use_is_a_usage_error_before_any_search(
     assert code == EXIT_USAGE
     assert says in capsys.readouterr().err
     assert not (tmp_path / "r" / "run.json").exists()
+
+
+@pytest.mark.parametrize("isolation", ["none", "process"])
+def test_a_hanging_kernel_fails_and_the_budget_holds(
+    isolation: str, target_file: Path, tmp_path: Path
+) -> None:
+    # Each hung call is cut at the per-call timeout and fails its case; past the budget no
+    # case starts, no shrink or diagnosis goes on: the check ends within budget + 15 s (the case
+    # running then, at most a few calls of one second; a child process's start-up).
+    budget = 8
+    started = time.perf_counter()
+    code = _check(
+        f"{target_file}:hangs",
+        "--timeout",
+        "1",
+        "--isolation",
+        isolation,
+        "--budget",
+        str(budget),
+        report=tmp_path / "hang",
+    )
+    assert time.perf_counter() - started < budget + 15
+    assert code == EXIT_FAILED
+    failed = [v for v in _verdicts(tmp_path / "hang") if v["status"] == "failed"]
+    assert failed
+    assert any("timeout" in v["message"].lower() for v in failed)
+
+
+@pytest.mark.parametrize("isolation", ["none", "process"])
+def test_ctrl_c_stops_cleanly_writes_what_was_found_and_exits_130(
+    isolation: str, target_file: Path, tmp_path: Path
+) -> None:
+    # SIGINT to the whole process group, as a terminal's Ctrl-C: the parent writes its report,
+    # prints no traceback (nor does a child), and exits 130.
+    report = tmp_path / "stopped"
+    argv = [sys.executable, "-m", "linattn_verify.cli", "check", f"{target_file}:correct"]
+    argv += ["--decay", "data", "--form", "recurrent", "--budget", "120", "--no-render", "-v"]
+    argv += ["--isolation", isolation, "--report", str(report)]
+    # One pipe for both streams, read as it comes: a full stderr pipe would stall the check.
+    child = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    assert child.stdout is not None
+    seen = []
+    for line in child.stdout:  # once the search is under way
+        seen.append(line)
+        if line.strip().startswith("ok"):
+            break
+    os.killpg(child.pid, signal.SIGINT)
+    out = "".join(seen) + child.communicate(timeout=60)[0]
+    assert child.returncode == 130, out[-2000:]
+    assert "Traceback" not in out
+    assert "KeyboardInterrupt" not in out
+    assert "interrupted (Ctrl-C)" in out
+    verdicts = _verdicts(report)
+    assert {v["property"] for v in verdicts} == set(family_named("linear_attn").properties())

@@ -94,6 +94,43 @@ def test_a_property_that_newly_fails_is_a_regression(
     assert "REGRESSION" in render_comparison_markdown(comparison)
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("examples", 20), ("max_seq_len", 64), ("seed", 3), ("profile", "ci"), ("command", "check")],
+)
+def test_runs_of_other_case_settings_are_set_side_by_side_without_flags(
+    write_run: Any,
+    passing_records: list[CaseRecord],
+    broken_records: list[CaseRecord],
+    reference_kernels: list[Any],
+    setting: str,
+    value: Any,
+) -> None:
+    # Another number of examples, longest T, seed, Hypothesis profile or command draws other
+    # cases: a 10x jump or a failure found only there says nothing about the kernel changing.
+    before = load_run(write_run("before", passing_records, reference_kernels, render=False))
+    kernel = broken_records[0].kernel
+    grown = inflated(passing_records, "torch/chunk", 12.0) + broken_records
+    after = load_run(write_run("after", grown, reference_kernels, render=False))
+    like = compare_runs(before, after)
+    assert like.regressions >= 2, "the same settings: the jump and the new failure are flagged"
+    if setting == "profile":
+        after["environment"]["hypothesis_profile"] = value
+    elif setting == "command":
+        after["command"] = value
+    else:
+        after["arguments"][setting] = value
+    unlike = compare_runs(before, after)
+    assert not unlike.regressed
+    assert [name for name, _, _ in unlike.unlike] == [setting]
+    assert any("settings differ: not flagged" in s.notes for s in unlike.scores)
+    assert any(v.kernel == kernel and v.after == "failed" for v in unlike.verdicts)
+    markdown = render_comparison_markdown(unlike)
+    assert "**Not like with like (" in markdown
+    assert "Settings that decide the cases" in markdown
+    assert "REGRESSION" not in markdown
+
+
 def test_compare_runs_rejects_bad_documents(
     write_run: Any, passing_records: list[CaseRecord]
 ) -> None:
