@@ -52,6 +52,19 @@ def is_failure(record: CaseRecord) -> bool:
     return record.status == "failed"
 
 
+_BASE_TENSOR = re.compile(r"[A-Za-z_]\w*")
+
+
+def base_tensor(name: str) -> str:
+    """The tensor a comparison judges, without the part or combination its name adds.
+
+    ``o[t>=7]`` (a slice), ``o(-2·(v1, S1) + 4·(v2, S2))`` (a property's combination of runs) and
+    ``o`` are all ``o``: one defect of o shows in each, and is one finding (`failures`).
+    """
+    match = _BASE_TENSOR.match(name)
+    return match.group(0) if match else name
+
+
 def oracle_comparisons(record: CaseRecord) -> list[Comparison]:
     """The record's comparisons against the oracle (the ones scored as r, ρ, η)."""
     return [c for c in record.comparisons if c.reference == "oracle"]
@@ -245,7 +258,7 @@ def root_causes(record: CaseRecord) -> set[tuple[str, ...]]:
     failed = [c for c in record.comparisons if not c.ok]
     for c in failed:
         if c.counts.nonfinite and c.worst is not None:
-            tensor = c.tensor.partition("[")[0]
+            tensor = base_tensor(c.tensor)
             keys.add(("nonfinite", record.kernel, record.case, tensor, str(c.worst.index)))
     if record.reason and not failed:
         first = record.reason.splitlines()[0]
@@ -370,7 +383,7 @@ def _by_symptom(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         key = (
             str(entry["kernel"]),
-            str(entry["tensor"]).partition("[")[0],
+            base_tensor(str(entry["tensor"])),
             math.isfinite(entry["score"]),
             str(entry["severity"]),
         )

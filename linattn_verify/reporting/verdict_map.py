@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from linattn_verify import observe
-from linattn_verify.reporting.summary import TENSOR_ORDER, cases_of, oracle_comparisons, rank
+from linattn_verify.reporting.summary import (
+    TENSOR_ORDER,
+    base_tensor,
+    cases_of,
+    oracle_comparisons,
+    rank,
+)
 from linattn_verify.results import FAIL_THRESHOLD, CaseRecord
 from linattn_verify.typing import DTYPE_NAMES
 
@@ -105,7 +111,7 @@ def _cell(records: Sequence[CaseRecord], tensor: str) -> Cell:
     undecided: dict[str, int] = {}
     failed_unscored = False
     for record in records:
-        oracle = [c for c in oracle_comparisons(record) if c.tensor.partition("[")[0] == tensor]
+        oracle = [c for c in oracle_comparisons(record) if base_tensor(c.tensor) == tensor]
         if record.status in UNDECIDED_CELLS and _tensor_of(record) in (tensor, None):
             undecided[record.status] = undecided.get(record.status, 0) + 1
         if oracle and record.status != "not_applicable":
@@ -143,7 +149,7 @@ def verdict_maps(document: Mapping[str, Any]) -> list[VerdictMap]:
             key=lambda k: (_place(k[0], families), rank(k[1], DTYPE_NAMES)),
         )
         names = {
-            c.tensor.partition("[")[0]
+            base_tensor(c.tensor)
             for key in keys
             for record in records[key]
             for c in oracle_comparisons(record)

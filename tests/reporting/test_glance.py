@@ -223,3 +223,23 @@ def test_one_symptom_in_many_cases_and_dtypes_is_one_finding(write_run: Any) -> 
     assert nan["replay"] == "linattn-verify replay /f/bfloat16-9.json"
     past = next(f for f in found if f["tensor"] == "o")
     assert past["occurrences"] == 1
+
+
+def test_a_defect_of_o_seen_through_a_combination_of_runs_is_the_same_finding(
+    write_run: Any,
+) -> None:
+    # A kernel whose o_t reads the state before token t fails the oracle on o, and linearity on
+    # o(-2·(v1, S1) + 4·(v2, S2)): its rounding does not fit bounds of the declared semantics.
+    # One defect of o: one finding, shown by its smallest case, naming both properties.
+    def broken(prop: str, T: int, tensor: str, r: float) -> CaseRecord:
+        one = record("k/x", "recurrent", T, "float32", [comparison(tensor, "k/x", r)], seed=T)
+        return CaseRecord(**{**one.__dict__, "property": prop, "failure_file": f"/f/{prop}.json"})
+
+    records = [
+        broken("outputs_match_oracle", 2, "o[t>=1]", 40.0),
+        broken("linear_in_values_and_state", 3, "o(-2·(v1, S1) + 4·(v2, S2))", 2.3),
+    ]
+    (found,) = document_of(write_run, records)["failures"]
+    assert found["properties"] == ["linear_in_values_and_state", "outputs_match_oracle"]
+    assert found["T"] == 2
+    assert found["occurrences"] == 2
