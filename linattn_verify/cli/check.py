@@ -451,6 +451,8 @@ def _print_findings(document: dict[str, Any], verdicts: Any, out: Any) -> int:
     Each finding names every property it broke and shows the message of the first (with its
     repro and replay lines); the per-property verdicts stay in run.json.
     """
+    from linattn_verify.compare.error_shapes import SHAPE_NOTE
+
     by_property = {v.property: v for v in verdicts}
     findings = document.get("failures") or []
     for n, finding in enumerate(findings, start=1):
@@ -460,6 +462,16 @@ def _print_findings(document: dict[str, Any], verdicts: Any, out: Any) -> int:
         what = "property" if len(properties) == 1 else f"{len(properties)} properties"
         print(f"\nFinding {n} ({what}: {', '.join(properties)})", file=out)
         print(message or finding["message"], file=out)
+        # What the error looks like, where another property of the finding recognised it.
+        shapes = dict.fromkeys(
+            line
+            for name in properties
+            if name in by_property
+            for line in by_property[name].message.splitlines()
+            if line.startswith(SHAPE_NOTE) and line not in (message or "")
+        )
+        for line in shapes:
+            print(f"{line} (seen by another property of this finding)", file=out)
     return len(findings)
 
 
