@@ -49,6 +49,13 @@ PropertyFn = Callable[[Any, Any], PropertyResult]
 """A property: ``(case, kernel) -> PropertyResult``, for a case and a kernel of one family."""
 
 
+NO_RECIPE = "no recipe explains this error"
+"""How a diagnosis that found no declaration begins."""
+
+SHAPE_NOTE = "Shape of the error:"
+"""How a diagnosis names the shape of the error it recognised (`Family.error_shape`)."""
+
+
 def _bound_failures(result: PropertyResult) -> list[Comparison]:
     return [c for c in result.comparisons if not c.ok and c.kind in ("oracle", "pair")]
 
@@ -115,13 +122,16 @@ def diagnose(
     * ``consistent only with several changes at once: <what> (declared <...>), ...: if the kernel
       does all that, declare <...>, ...``;
     * ``no recipe explains this error (tried <changes>): the kernel, not its declaration, is
-      wrong here``;
+      wrong here``, followed by ``. Shape of the error: <what o looks like>`` where the family
+      recognises it (`Family.error_shape`);
     * ``did not reproduce on a rerun of the same case with the same recipe: the kernel is
       nondeterministic here (a race, or memory it reads before writing?)``;
     * ``not diagnosed within <time_limit> s: no change up to <change> explains it (tried
       <changes>)``;
     * ``not diagnosed: rerunning the property raised <error>`` (a harness error, not the
-      kernel's: a kernel that raises fails its property instead).
+      kernel's: a kernel that raises fails its property instead);
+    * ``<tensors> finite on one side only ...: no declared rounding makes a finite value
+      non-finite, so no declaration is offered``, without rerunning anything.
 
     Args:
         prop: The property that failed, ``(spec, kernel) -> PropertyResult``.
@@ -142,16 +152,29 @@ def diagnose(
     _check_arguments(prop, spec, kernel, result, time_limit)
     if result.status != "failed" or not _bound_failures(result):
         return None
+    nonfinite = [c.tensor for c in _bound_failures(result) if c.counts.nonfinite]
+    if nonfinite:
+        # A rounding the recipe could declare moves a value by a bounded amount; it does not make
+        # a finite value infinite or NaN (or the reverse), so no declaration applies.
+        return (
+            f"{', '.join(nonfinite)} finite on one side only (the kernel's or the exact value): "
+            "no declared rounding makes a finite value non-finite, so no declaration is offered "
+            "(an overflow, a division by zero or an uninitialised read in the kernel?)"
+        )
     dtype = torch_dtype(spec.dtype)
     declared = kernel.precision_recipe(dtype)
-    ladders = family_of(kernel).recipe_ladders(declared, spec, kernel, dtype)
+    family = family_of(kernel)
+    ladders = family.recipe_ladders(declared, spec, kernel, dtype)
     if ladders is None:
         return None
     search = _Search(prop, spec, kernel, result, ladders, time.perf_counter() + time_limit)
     try:
-        return _diagnosis(search, time_limit)
+        text = _diagnosis(search, time_limit)
+        shape = family.error_shape(spec, kernel) if text.startswith(NO_RECIPE) else None
     except Exception as exc:  # the property is the caller's; a diagnosis must not hide a failure
         return f"not diagnosed: rerunning the property raised {type(exc).__name__}: {exc}"
+    # Where no declaration explains it, what the error looks like says what the defect is.
+    return text if shape is None else f"{text}. {SHAPE_NOTE} {shape}"
 
 
 def _diagnosis(search: _Search, time_limit: float) -> str:
@@ -178,7 +201,7 @@ def _diagnosis(search: _Search, time_limit: float) -> str:
             narrowed = _narrowed(search, combo, ladders)
             return _consistent(narrowed, narrowed=not search.out_of_time)
     return (
-        f"no recipe explains this error (tried {_tried_words(search.tried)}): the kernel, not "
+        f"{NO_RECIPE} (tried {_tried_words(search.tried)}): the kernel, not "
         "its declaration, is wrong here"
     )
 

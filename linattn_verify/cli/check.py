@@ -451,7 +451,7 @@ def _print_findings(document: dict[str, Any], verdicts: Any, out: Any) -> int:
     Each finding names every property it broke and shows the message of the first (with its
     repro and replay lines); the per-property verdicts stay in run.json.
     """
-    from linattn_verify.compare.error_shapes import SHAPE_NOTE
+    from linattn_verify.diagnosis import SHAPE_NOTE
 
     by_property = {v.property: v for v in verdicts}
     findings = document.get("failures") or []
@@ -464,11 +464,11 @@ def _print_findings(document: dict[str, Any], verdicts: Any, out: Any) -> int:
         print(message or finding["message"], file=out)
         # What the error looks like, where another property of the finding recognised it.
         shapes = dict.fromkeys(
-            line
+            line[line.index(SHAPE_NOTE) :]
             for name in properties
             if name in by_property
             for line in by_property[name].message.splitlines()
-            if line.startswith(SHAPE_NOTE) and line not in (message or "")
+            if SHAPE_NOTE in line and line not in (message or "")
         )
         for line in shapes:
             print(f"{line} (seen by another property of this finding)", file=out)

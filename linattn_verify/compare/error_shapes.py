@@ -29,9 +29,6 @@ from linattn_verify.linear_attn.semantics import Problem
 from linattn_verify.linear_attn.tolerance import forward_bounds
 from linattn_verify.results import FAIL_THRESHOLD
 
-SHAPE_NOTE = "Shape of the error:"
-"""How the note naming a recognised shape begins (a failure message's line)."""
-
 ZERO_AT_ZERO = ("identity", "relu")
 """Feature maps with φ(0) = 0: a key of zeros adds nothing to the state."""
 
@@ -131,4 +128,4 @@ def _one_token_later(problem: Problem) -> list[tuple[str, Problem]]:
     return [("S_{t-1}", moved), ("(a_t S_{t-1})", moved.with_tensors(q=q))]
 
 
-__all__ = ["SHAPE_NOTE", "recognised"]
+__all__ = ["recognised"]

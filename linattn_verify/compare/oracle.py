@@ -30,7 +30,6 @@ from typing import NamedTuple
 import torch
 
 from linattn_verify.compare._elementwise import argmax_index, safe_ratio, shape_problem, worst_at
-from linattn_verify.compare.error_shapes import SHAPE_NOTE, recognised
 from linattn_verify.compare.ulps import ulp_stats
 from linattn_verify.core.bound import TensorBound, ZeroDenominator
 from linattn_verify.errors import InvalidArgument, PropertyViolation
@@ -328,10 +327,6 @@ def judge_against_oracle(
     if isinstance(o, torch.Tensor) and o.dtype != problem.q.dtype:
         findings.append(f"output dtype {o.dtype} differs from the input dtype {problem.q.dtype}")
     comparisons = [compare(o, forward["o"], subject=name)]
-    # A failed o whose error has the shape of a known defect says which (`error_shapes`).
-    shape = None
-    if not comparisons[0].ok:
-        shape = recognised(problem, recipe, o, forward["o"], causal_exact=causal_exact)
     if problem.output_final_state:
         if final_state is None:
             findings.append("output_final_state=True but the kernel returned no final state")
@@ -372,8 +367,6 @@ def judge_against_oracle(
             else:
                 comparisons.append(compare(value, bb[key], subject=name))
     notes = [f"Bound: {recipe} (r, η <= {FAIL_THRESHOLD:g} allowed)"]
-    if shape is not None:
-        notes.insert(0, f"{SHAPE_NOTE} {shape}")
     undefined = fb.tensors["o"].undefined
     if undefined is not None and bool(undefined.any()):
         rows = int(undefined[..., 0].sum())

@@ -214,6 +214,16 @@ class Family(ABC, Generic[KernelT, CaseT, ProblemT]):
         """
         raise NotImplementedError(f"The {self.name} family has no size reach.")
 
+    def error_shape(self, case: CaseT, kernel: KernelT) -> str | None:
+        """What ``kernel``'s output on ``case`` looks like, where it is a known defect's shape.
+
+        Called once per diagnosed failure (`linattn_verify.diagnosis.diagnose`), not per case:
+        it may cost a kernel call and an oracle. `None` where nothing is recognised, or the
+        family recognises nothing (the default).
+        """
+        del case, kernel
+        return None
+
     def recipe_ladders(
         self, declared: Any, case: CaseT, kernel: KernelT, dtype: torch.dtype
     ) -> Ladders | None:

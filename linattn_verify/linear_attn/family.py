@@ -242,6 +242,29 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
 
         return recipe_ladders(declared, case, kernel, dtype)
 
+    def error_shape(self, case: ProblemSpec, kernel: Kernel) -> str | None:
+        """`linattn_verify.compare.error_shapes.recognised` of the kernel's o on ``case``."""
+        import torch
+
+        from linattn_verify.compare.error_shapes import recognised
+        from linattn_verify.linear_attn.tolerance import as_kernel_sees, forward_bounds
+
+        problem = kernel.prepare(case.build())
+        if kernel.supports(problem) is not None:
+            return None
+        recipe = kernel.precision_recipe(problem.q.dtype)
+        with torch.no_grad():
+            o, _ = kernel.call(problem)
+        problem = as_kernel_sees(problem, recipe)
+        causal_exact = kernel.capabilities.causal_exact
+        exact = forward_bounds(
+            problem,
+            recipe,
+            zero_denominator=kernel.capabilities.zero_denominator,
+            causal_exact=causal_exact,
+        ).tensors["o"]
+        return recognised(problem, recipe, o, exact, causal_exact=causal_exact)
+
     def library_kernels(self, library: str) -> list[Kernel]:
         """FLA's linear-attention kernels (`linear_attn.adapters.fla.fla_kernels`)."""
         from linattn_verify.linear_attn.adapters.fla import fla_kernels

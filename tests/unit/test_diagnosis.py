@@ -126,7 +126,17 @@ def test_a_wrong_kernel_is_explained_by_no_recipe(fn: Callable[..., Any], dtype:
     text = diagnose(outputs_match_oracle, spec, kernel, result)
     assert text is not None
     assert text.startswith("no recipe explains this error (tried ")
-    assert text.endswith("): the kernel, not its declaration, is wrong here")
+    assert "): the kernel, not its declaration, is wrong here" in text
+    # A scale off by 1 % is recognised as one; a dropped first value has no known shape.
+    if fn is _scaled_by_1_01:
+        assert text.endswith(
+            ". Shape of the error: o is 1.01 times the exact value at every "
+            "element, within its bound: a wrong scale? The declared scale is "
+            f"{spec.build().scale:.4g} (K^-1/2 = {spec.K**-0.5:.4g}); the "
+            f"kernel's o is that of {1.01 * spec.build().scale:.4g}"
+        )
+    else:
+        assert text.endswith("the kernel, not its declaration, is wrong here")
     # Every single loosening was tried, up to the most casts, and then all of them at once.
     assert "accumulation='mma'" in text
     assert "form=None" in text
@@ -136,6 +146,30 @@ def test_a_wrong_kernel_is_explained_by_no_recipe(fn: Callable[..., Any], dtype:
     else:
         assert "dot_precision" not in text  # the torch reference has no tl.dot on its path
         assert "intermediate_dtype='bfloat16' with casts_on_path=1/2/3/4" in text
+
+
+def _one_element_infinite(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kw: Any
+) -> tuple[torch.Tensor, Any]:
+    o, state = REFERENCE(q, k, v, *args, **kw)
+    o = o.clone()
+    o.view(-1)[-1] = -torch.inf
+    return o, state
+
+
+def test_a_non_finite_value_is_offered_no_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A finite exact value met by -inf: no declared rounding makes it infinite, so the recipe
+    # ladder is not even tried (a "declare --casts 2" here would be advice that cannot apply).
+    spec = example_spec(dtype="float16", T=3)
+    kernel = bug_kernel(_one_element_infinite)
+    result = outputs_match_oracle(spec, kernel)
+    assert result.status == "failed"
+    monkeypatch.setattr(diagnosis, "_diagnosis", None)  # would raise if called
+    text = diagnose(outputs_match_oracle, spec, kernel, result)
+    assert text is not None
+    assert text.startswith("o finite on one side only")
+    assert "no declaration is offered" in text
+    assert "declare `" not in text
 
 
 def test_a_failure_that_does_not_come_back_is_nondeterminism() -> None:
