@@ -299,7 +299,11 @@ def test_a_device_torch_cannot_use_is_a_usage_error_before_any_search(
     assert not (tmp_path / "r" / "run.json").exists()
 
 
-@pytest.mark.parametrize("isolation", ["none", "process"])
+# The process variants start a child (4 s on 2 cores): the slow tier's.
+ISOLATIONS = ["none", pytest.param("process", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_a_hanging_kernel_fails_and_the_budget_holds(
     isolation: str, target_file: Path, tmp_path: Path
 ) -> None:
@@ -325,7 +329,7 @@ def test_a_hanging_kernel_fails_and_the_budget_holds(
     assert any("timeout" in v["message"].lower() for v in failed)
 
 
-@pytest.mark.parametrize("isolation", ["none", "process"])
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_ctrl_c_stops_cleanly_writes_what_was_found_and_exits_130(
     isolation: str, target_file: Path, tmp_path: Path
 ) -> None:
