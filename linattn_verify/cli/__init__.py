@@ -36,6 +36,7 @@ from linattn_verify.cli._args import (
     foreign_flags,
 )
 from linattn_verify.cli.inspect import list_kernels, replay_command
+from linattn_verify.interpreter import InterpreterPatchError
 
 
 def build_parser(family: str = DEFAULT_FAMILY) -> argparse.ArgumentParser:
@@ -72,6 +73,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_USAGE
     args = build_parser(family).parse_args(argv)
+    try:
+        return _dispatch(args)
+    except InterpreterPatchError as exc:
+        # Raised loading a kernel, before any search: the installed Triton is not one the
+        # interpreter's fixes were written for. One line, exit 2 (the environment, not a kernel).
+        wanted = f"triton {exc.supported}" if exc.supported else "a triton whose internals match"
+        print(
+            f"linattn-verify {args.command}: error: triton {exc.installed} is installed, but "
+            f"running kernels under the Triton interpreter (no CUDA) needs {wanted}: install "
+            "that, or run on a CUDA GPU.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command."""
     if args.command == "list":
         return list_kernels()
     if args.command == "replay":

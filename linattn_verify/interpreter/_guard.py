@@ -18,7 +18,18 @@ _MISSING = object()
 
 
 class InterpreterPatchError(RuntimeError):
-    """A patch cannot be applied to the installed Triton (version or internals differ)."""
+    """A patch cannot be applied to the installed Triton (version or internals differ).
+
+    Attributes:
+        installed: The installed Triton's version.
+        supported: The range the patch was written for (``">=3.9,<3.10"``), or `None` where
+            the version is in range but the internals differ.
+    """
+
+    def __init__(self, message: str, *, installed: str, supported: str | None = None) -> None:
+        super().__init__(message)
+        self.installed = installed
+        self.supported = supported
 
 
 def triton_version() -> tuple[int, int, int]:
@@ -66,12 +77,16 @@ def check(
         InterpreterPatchError: naming the patch, the range or the missing internals.
     """
     (lo, hi), found = versions, triton_version()
+    installed = ".".join(map(str, found))
     if not lo <= found[:2] < hi:
+        supported = f">={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]}"
         raise InterpreterPatchError(
-            f"Interpreter patch {patch!r} was written for triton >={lo[0]}.{lo[1]},"
-            f"<{hi[0]}.{hi[1]} but triton {'.'.join(map(str, found))} is installed. It patches "
-            f"private internals ({', '.join(requires)}); check that they still behave as "
-            "described in the patch's docstring before widening its range."
+            f"Interpreter patch {patch!r} was written for triton {supported} but triton "
+            f"{installed} is installed. It patches private internals ({', '.join(requires)}); "
+            "check that they still behave as described in the patch's docstring before "
+            "widening its range.",
+            installed=installed,
+            supported=supported,
         )
     missing = []
     for dotted in requires:
@@ -81,9 +96,9 @@ def check(
             missing.append(dotted)
     if missing:
         raise InterpreterPatchError(
-            f"Interpreter patch {patch!r} cannot be applied: triton "
-            f"{'.'.join(map(str, found))} lacks the private internals it needs: "
-            f"{', '.join(missing)}."
+            f"Interpreter patch {patch!r} cannot be applied: triton {installed} lacks the "
+            f"private internals it needs: {', '.join(missing)}.",
+            installed=installed,
         )
 
 
