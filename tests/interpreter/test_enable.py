@@ -71,9 +71,10 @@ def test_version_outside_range_raises(clean: None, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_guard, "triton_version", lambda: (3, 10, 0))
     with pytest.raises(
         InterpreterPatchError, match=r"'autotune' was written for triton >=3\.9,<3\.10"
-    ):
+    ) as info:
         interpreter.enable(patches=["autotune"])
-    assert isinstance(InterpreterPatchError("x"), RuntimeError)
+    assert (info.value.installed, info.value.supported) == ("3.10.0", ">=3.9,<3.10")
+    assert isinstance(info.value, RuntimeError)
     assert interpreter.enabled() == []
 
 
