@@ -158,16 +158,37 @@ def add_target_flags(parser: Any, family: str, *, dtypes: bool = True) -> None:
     )
 
 
+CONVENTION = """\
+the calling convention, in full:
+  layout      token-major: q, k [B, T, H, K]; v, o [B, T, H, V]; g [B, T, H] (scalar gate,
+              log-decay <= 0) or [B, T, H, K] (vector gate); beta [B, T, H] (delta rule).
+              With cu_seqlens [N+1] (int64) B is 1 and T packs N sequences.
+  scale       scale=None means K^-1/2 (--scale fixed: the kernel applies K^-1/2 itself and
+              takes no scale; --scale one: it applies none).
+  states      initial_state [N, H, K, V] (N = B, or the number of packed sequences), in
+              float32; a normalized kernel takes and returns (S, z) with z [N, H, K].
+  returns     the pair (o, final_state): o in the input dtype; final_state [N, H, K, V] in
+              float32 (--final-state-dtype input: the input dtype) when output_final_state=True,
+              else anything (None is usual): it is not read.
+  not yet     heads-first [B, H, T, D] tensors, a [V, K] state, an output-only kernel: wrap
+              such a kernel in a function of this convention (see the README).
+"""
+"""What ``check --help`` says about the convention besides the signature (its epilog)."""
+
+
 def add_parser(sub: Any, family: str) -> None:
     """Add the ``check`` subcommand, with the flags of ``family`` (`family_in`)."""
     check = sub.add_parser(
         "check",
         help="validate a third-party kernel against the property catalogue",
-        description="TARGET is 'package.module:function' or 'path/to/file.py:function', a kernel "
-        "in the calling convention fn(q, k, v[, g], *, scale, initial_state, "
-        "output_final_state[, cu_seqlens]) (linear attention), or, with --family delta, "
-        "fn(q, k, v[, g], beta, *, scale, initial_state, output_final_state, cu_seqlens, "
+        # Line breaks written out: the formatter keeps the epilog's layout, and this text's.
+        description="TARGET is 'package.module:function' or 'path/to/file.py:function', a "
+        "kernel in the calling\nconvention fn(q, k, v[, g], *, scale, initial_state, "
+        "output_final_state[, cu_seqlens])\n(linear attention), or, with --family delta, "
+        "fn(q, k, v[, g], beta, *, scale, initial_state,\noutput_final_state, cu_seqlens, "
         "use_qk_l2norm_in_kernel) (the delta rule, FLA's convention).",
+        epilog=CONVENTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check.add_argument("target", metavar="TARGET")
     add_target_flags(check, family)
