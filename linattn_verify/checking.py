@@ -389,11 +389,10 @@ def search_property(
     two cases would only ever see those), and after ``end`` none at all. A failure is shrunk
     for at most ``shrink_seconds`` (`None`: until Hypothesis is done) and not past ``end``.
     Cases in ``seen`` (reprs of the cases earlier searches of this property ran; updated) are
-    skipped: every
-    search starts from Hypothesis's simplest case, which a short search would otherwise spend
-    its time on again. The minimal
-    failing case is recorded (the cases tried while shrinking are not), with its recipe
-    diagnosis (`linattn_verify.diagnosis`) within ``diagnosis_seconds`` when given.
+    skipped: every search starts from Hypothesis's simplest case, which a short search would
+    otherwise spend its time on again. The minimal failing case is recorded (the cases tried
+    while shrinking are not), with its recipe diagnosis (`linattn_verify.diagnosis`) within
+    ``diagnosis_seconds`` when given, and not past ``end``.
     """
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from linattn_verify.core.arguments import csv_of
+from linattn_verify.core.arguments import csv_of, dtype_name
 from linattn_verify.core.family import Family
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ class DeltaFamily(Family["DeltaKernel", "DeltaCase", "DeltaProblem"]):
         )
         delta.add_argument(
             "--inverse-dtype",
+            type=dtype_name,
             choices=("none", "input", "float16", "bfloat16"),
             default="none",
             help="what the chunk form's triangular inverse is stored in. Default: none (fp32)",
@@ -136,6 +137,7 @@ class DeltaFamily(Family["DeltaKernel", "DeltaCase", "DeltaProblem"]):
         )
         delta.add_argument(
             "--state-dtype",
+            type=dtype_name,
             choices=("none", "input", "float16", "bfloat16"),
             default="none",
             help="what the chunk-boundary state is rounded to before the chunk's dots read it. "

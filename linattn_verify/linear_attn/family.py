@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
-from linattn_verify.core.arguments import csv_of, nonnegative_float
+from linattn_verify.core.arguments import csv_of, dtype_name, nonnegative_float
 from linattn_verify.core.family import Family
 from linattn_verify.typing import KERNEL_DTYPES, Division, FeatureMap
 
@@ -171,6 +171,7 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
         )
         rec.add_argument(
             "--division-dtype",
+            type=dtype_name,
             choices=("float32", "input"),
             default="float32",
             help="dtype the division (or reciprocal and multiply) is computed in. "

@@ -196,6 +196,21 @@ def test_dtypes_take_one_spelling_everywhere(
     assert "float32 (fp32), float16 (fp16), bfloat16 (bf16)" in capsys.readouterr().err
 
 
+def test_single_dtype_flags_take_the_short_names_too(target_file: Path) -> None:
+    from linattn_verify.cli import build_parser
+
+    argv = ["check", f"{target_file}:correct", "--intermediate-dtype", "bf16"]
+    args = build_parser().parse_args([*argv, "--final-state-dtype", "fp32"])
+    assert (args.intermediate_dtype, args.final_state_dtype) == ("bfloat16", "float32")
+    args = build_parser().parse_args([*argv, "--division-dtype", "fp32"])
+    assert args.division_dtype == "float32"
+    delta = ["check", f"{target_file}:correct", "--family", "delta"]
+    args = build_parser("delta").parse_args(
+        [*delta, "--state-dtype", "fp16", "--inverse-dtype", "bf16"]
+    )
+    assert (args.state_dtype, args.inverse_dtype) == ("float16", "bfloat16")
+
+
 def test_a_check_failure_replays_from_its_saved_target(
     target_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
