@@ -293,7 +293,7 @@ def test_a_check_without_report_leaves_no_folder_behind(
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     monkeypatch.setattr("linattn_verify.failures._directory", None)  # not the plugin's
     monkeypatch.chdir(work)
-    flags = ["--decay", "data", "--form", "recurrent", "--budget", "4", "--max-seq-len", "12"]
+    flags = ["--decay", "data", "--form", "recurrent", "--budget", "2", "--max-seq-len", "12"]
     code = main(["check", f"{target_file}:{kernel}", *flags])
     assert code == (EXIT_OK if kernel == "correct" else EXIT_FAILED)
     assert not list(temp.glob("linattn-*")), "a folder of ours left behind"  # torch's may be
@@ -325,7 +325,7 @@ def test_a_hanging_kernel_fails_and_the_budget_holds(
     # Each hung call is cut at the per-call timeout and fails its case; past the budget no
     # case starts, no shrink or diagnosis goes on: the check ends within budget + 15 s (the case
     # running then, at most a few calls of one second; a child process's start-up).
-    budget = 8
+    budget = 5
     started = time.perf_counter()
     code = _check(
         f"{target_file}:hangs",
