@@ -81,6 +81,7 @@ def test_run_rejects_a_kernel_glob_matching_nothing(capsys: pytest.CaptureFixtur
     assert "--kernels quadratic/*" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 22 s on one of CI's 2 cores: the slow tier's, with the xdist equivalence
 def test_run_gives_the_same_verdicts_over_two_workers(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
