@@ -17,7 +17,7 @@ from typing import Any
 
 from linattn_verify.reporting._validate import SCHEMA_VERSION
 from linattn_verify.reporting._values import jsonable, quantile, worst_first
-from linattn_verify.results import CaseRecord, Comparison, PropertyVerdict
+from linattn_verify.results import CaseRecord, Comparison, PropertyVerdict, base_tensor
 from linattn_verify.typing import DTYPE_NAMES, FORMS
 
 TENSOR_ORDER = (
@@ -50,19 +50,6 @@ def rank(value: str | None, order: Sequence[str]) -> tuple[int, str]:
 def is_failure(record: CaseRecord) -> bool:
     """Whether the case failed: the property was violated or the harness failed on it."""
     return record.status == "failed"
-
-
-_BASE_TENSOR = re.compile(r"[A-Za-z_]\w*")
-
-
-def base_tensor(name: str) -> str:
-    """The tensor a comparison judges, without the part or combination its name adds.
-
-    ``o[t>=7]`` (a slice), ``o(-2·(v1, S1) + 4·(v2, S2))`` (a property's combination of runs) and
-    ``o`` are all ``o``: one defect of o shows in each, and is one finding (`failures`).
-    """
-    match = _BASE_TENSOR.match(name)
-    return match.group(0) if match else name
 
 
 def oracle_comparisons(record: CaseRecord) -> list[Comparison]:

@@ -19,14 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from linattn_verify import observe
-from linattn_verify.reporting.summary import (
-    TENSOR_ORDER,
-    base_tensor,
-    cases_of,
-    oracle_comparisons,
-    rank,
-)
-from linattn_verify.results import FAIL_THRESHOLD, CaseRecord
+from linattn_verify.reporting.summary import TENSOR_ORDER, cases_of, oracle_comparisons, rank
+from linattn_verify.results import FAIL_THRESHOLD, CaseRecord, base_tensor
 from linattn_verify.typing import DTYPE_NAMES
 
 BANDS = (

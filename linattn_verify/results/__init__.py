@@ -27,6 +27,7 @@ from linattn_verify.results.comparison import (
     Status,
     TensorStatus,
     Worst,
+    base_tensor,
     worst_of,
 )
 from linattn_verify.results.verdicts import (
@@ -49,6 +50,7 @@ __all__ = [
     "Status",
     "TensorStatus",
     "Worst",
+    "base_tensor",
     "judged_status",
     "worst_of",
 ]

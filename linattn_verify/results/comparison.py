@@ -8,6 +8,7 @@ the later rungs (`linattn_verify.results.verdicts`) hold them. This module impor
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
@@ -275,6 +276,20 @@ def _rankable(value: float) -> float:
     return math.inf if math.isnan(value) else value
 
 
+_BASE_TENSOR = re.compile(r"[A-Za-z_]\w*")
+
+
+def base_tensor(name: str) -> str:
+    """The tensor a comparison judges, without the part or combination its name adds.
+
+    ``o[t>=7]`` (a slice), ``o(-2·(v1, S1) + 4·(v2, S2))`` (a property's combination of runs) and
+    ``o`` are all ``o``: one defect of o shows in each (one finding), and a tensor named by a
+    result (``uncertified``) is every comparison of it.
+    """
+    match = _BASE_TENSOR.match(name)
+    return match.group(0) if match else name
+
+
 __all__ = [
     "FAIL_THRESHOLD",
     "STATUSES",
@@ -285,5 +300,6 @@ __all__ = [
     "Status",
     "TensorStatus",
     "Worst",
+    "base_tensor",
     "worst_of",
 ]

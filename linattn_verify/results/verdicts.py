@@ -14,6 +14,7 @@ from typing import Any
 from linattn_verify.results.comparison import (
     Comparison,
     Status,
+    base_tensor,
     worst_of,
 )
 
@@ -52,7 +53,7 @@ class PropertyResult:
     @builtins.property
     def certified_any(self) -> bool:
         """Whether some comparison decided something: not every tensor is `uncertified`."""
-        return any(c.tensor.partition("[")[0] not in self.uncertified for c in self.comparisons)
+        return any(base_tensor(c.tensor) not in self.uncertified for c in self.comparisons)
 
     @builtins.property
     def ok(self) -> bool:

@@ -28,7 +28,7 @@ from linattn_verify.core.memory import Layout, same_layout, vector_jacobian
 from linattn_verify.delta.bounds import forward_bounds
 from linattn_verify.delta.kernel import DeltaKernel, DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem
-from linattn_verify.results import Comparison, PropertyResult, judged_status
+from linattn_verify.results import Comparison, PropertyResult, base_tensor, judged_status
 
 ILL_CONDITIONED_RATIO = 1.0
 """A held comparison whose largest bound reaches this share of the tensor's largest value
@@ -257,7 +257,7 @@ def verdict(
     if len(blunt) > 1:
         reason += "; nor of " + ", ".join(f"{b.name} ({bound_ratio(b):.3g}x)" for b in blunt[1:])
     uncertified = tuple(b.name for b in blunt)
-    certified = [c.tensor for c in comparisons if c.tensor.partition("[")[0] not in uncertified]
+    certified = [c.tensor for c in comparisons if base_tensor(c.tensor) not in uncertified]
     if certified:
         reason += f"; certified: {', '.join(certified)}"
     return replace(result, status="ill_conditioned", reason=reason, uncertified=uncertified)
