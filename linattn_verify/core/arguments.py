@@ -7,7 +7,7 @@ Each raises `argparse.ArgumentTypeError` with what it expected, so argparse repo
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -15,15 +15,24 @@ DTYPE_ALIASES = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16"
 and messages always use the torch names."""
 
 
-def csv_of(choices: Sequence[str]) -> Any:
-    """A comma-separated subset of ``choices``, as a tuple in the given order."""
+def csv_of(
+    choices: Sequence[str],
+    *,
+    spelling: Callable[[str], str] = str.strip,
+    listed: str | None = None,
+) -> Any:
+    """A comma-separated subset of ``choices``, as a tuple in the given order.
+
+    ``spelling`` turns each item into its name among ``choices`` (default: stripped as it is);
+    ``listed`` is how the error names the choices (default: joined by commas).
+    """
 
     def parse(text: str) -> tuple[str, ...]:
-        items = tuple(x.strip() for x in text.split(",") if x.strip())
-        bad = [x for x in items if x not in choices]
-        if not items or bad:
+        items = tuple(spelling(x) for x in text.split(",") if x.strip())
+        if not items or any(x not in choices for x in items):
             raise argparse.ArgumentTypeError(
-                f"expected a comma-separated subset of {','.join(choices)} but got {text!r}"
+                f"expected a comma-separated subset of {listed or ','.join(choices)} but got "
+                f"{text!r}"
             )
         return items
 
@@ -40,17 +49,13 @@ def dtype_name(text: str) -> str:
 
 
 def dtypes_of(choices: Sequence[str]) -> Any:
-    """A comma-separated subset of the dtypes ``choices``, each by either spelling."""
+    """A comma-separated subset of the dtypes ``choices``, each by either spelling, once each."""
     short = {name: alias for alias, name in DTYPE_ALIASES.items()}
     spelled = ", ".join(f"{c} ({short[c]})" if c in short else c for c in choices)
+    subset = csv_of(choices, spelling=dtype_name, listed=spelled)
 
     def parse(text: str) -> tuple[str, ...]:
-        items = tuple(dtype_name(x) for x in text.split(",") if x.strip())
-        if not items or any(x not in choices for x in items):
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated subset of {spelled} but got {text!r}"
-            )
-        return tuple(dict.fromkeys(items))
+        return tuple(dict.fromkeys(subset(text)))
 
     return parse
 
