@@ -388,7 +388,8 @@ def _checked(
     # The bar counts the budget's seconds (the search is driven by time, not by a count).
     bar = Progress("check", None, verbose=args.verbose, unit="examples", budget=args.budget)
 
-    delivered: set[PropertyVerdict] = set()
+    # The last verdict delivered per property: written as they settle, and what an interrupted
+    # check reports.
     latest: dict[str, PropertyVerdict] = {}
 
     class Printer(CheckListener):
@@ -403,7 +404,6 @@ def _checked(
         def verdict(self, verdict: PropertyVerdict) -> None:
             # As they settle, so the document on disk is live during a long check.
             writer.add_verdict(verdict)
-            delivered.add(verdict)
             latest[verdict.property] = verdict
 
     search = SearchSettings(
@@ -437,7 +437,7 @@ def _checked(
         )
     for verdict in report.verdicts:
         # Those decided at the end ("not_run", "not_applicable"), each verdict once.
-        if verdict not in delivered:
+        if latest.get(verdict.property) != verdict:
             writer.add_verdict(verdict)
     document = writer.finish(render=keep and not args.no_render)
     if args.json:
