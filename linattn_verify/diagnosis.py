@@ -150,9 +150,10 @@ def diagnose(
         InvalidArgument: naming the argument that is not what it should be.
     """
     _check_arguments(prop, spec, kernel, result, time_limit)
-    if result.status != "failed" or not _bound_failures(result):
+    failed = _bound_failures(result)
+    if result.status != "failed" or not failed:
         return None
-    nonfinite = [c.tensor for c in _bound_failures(result) if c.counts.nonfinite]
+    nonfinite = [c.tensor for c in failed if c.counts.nonfinite]
     if nonfinite:
         # A rounding the recipe could declare moves a value by a bounded amount; it does not make
         # a finite value infinite or NaN (or the reverse), so no declaration applies.

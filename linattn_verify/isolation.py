@@ -155,8 +155,8 @@ def check_isolated(
         if overrun and child.exitcode is not None and child.exitcode < 0:
             # The budget ended during a case the child did not finish: dropped, not failed.
             listener.progress(
-                f"  the budget ended {OVERRUN_GRACE:g} s ago while {current[0] if current else ''} "
-                "ran a case: stopped"
+                f"  the budget ended {OVERRUN_GRACE:g} s ago while "
+                f"{current[0] if current else 'the child'} ran a case: stopped"
             )
             break
         crashed = current[0] if current else remaining[0]
