@@ -250,6 +250,9 @@ def declared_capabilities(flags: Any, fitted: Mapping[str, Fitted]) -> dict[str,
         "scales": scales_for(flags.scale, takes_scale),
         "takes_scale": takes_scale,
         "final_state_dtype": flags.final_state_dtype,
+        "layout": flags.layout,
+        "state_layout": flags.state_layout,
+        "seq_len_at_least_heads": flags.seq_len_at_least_heads,
     }
 
 

@@ -28,6 +28,7 @@ from linattn_verify.core.arguments import (
     positive,
     seconds,
 )
+from linattn_verify.core.convention import AXIS_ORDERS, STATE_ORDERS
 from linattn_verify.core.family import families
 from linattn_verify.typing import (
     FINAL_STATE_DTYPES,
@@ -67,7 +68,31 @@ def add_target_flags(parser: Any, family: str, *, dtypes: bool = True) -> None:
     cap.add_argument("--varlen", action="store_true", help="accepts cu_seqlens")
     cap.add_argument("--no-backward", action="store_true", help="not differentiable")
     cap.add_argument("--no-initial-state", action="store_true", help="takes no initial_state")
-    cap.add_argument("--no-final-state", action="store_true", help="returns no final state")
+    cap.add_argument(
+        "--no-final-state",
+        action="store_true",
+        help="returns no final state (o alone, or (o, None))",
+    )
+    cap.add_argument(
+        "--layout",
+        choices=AXIS_ORDERS,
+        default="token-major",
+        help="order of its per-token tensors' axes (q, k, v, g, beta, o): 'token-major' "
+        "[B, T, H, D] or 'heads-first' [B, H, T, D]. Default: %(default)s",
+    )
+    cap.add_argument(
+        "--state-layout",
+        choices=STATE_ORDERS,
+        default="kv",
+        help="order of its state's last two axes: 'kv' [N, H, K, V] or 'vk' [N, H, V, K]. "
+        "Default: %(default)s",
+    )
+    cap.add_argument(
+        "--seq-len-at-least-heads",
+        action="store_true",
+        help="refuses T < H (some FLA releases take such a call for a heads-first one): no such "
+        "case is drawn",
+    )
     if dtypes:
         cap.add_argument(
             "--dtypes",
@@ -162,16 +187,20 @@ CONVENTION = """\
 the calling convention, in full:
   layout      token-major: q, k [B, T, H, K]; v, o [B, T, H, V]; g [B, T, H] (scalar gate,
               log-decay <= 0) or [B, T, H, K] (vector gate); beta [B, T, H] (delta rule).
-              With cu_seqlens [N+1] (int64) B is 1 and T packs N sequences.
+              With cu_seqlens [N+1] (int64) B is 1 and T packs N sequences. --layout
+              heads-first: q, k, v, g, beta and o with T and H swapped ([B, H, T, D]).
   scale       scale=None means K^-1/2 (--scale fixed: the kernel applies K^-1/2 itself and
               takes no scale; --scale one: it applies none).
   states      initial_state [N, H, K, V] (N = B, or the number of packed sequences), in
-              float32; a normalized kernel takes and returns (S, z) with z [N, H, K].
+              float32 (--state-layout vk: [N, H, V, K]); a normalized kernel takes and returns
+              (S, z) with z [N, H, K]. A kernel without initial_state/output_final_state
+              parameters is taken to have none.
   returns     the pair (o, final_state): o in the input dtype; final_state [N, H, K, V] in
               float32 (--final-state-dtype input: the input dtype) when output_final_state=True,
-              else anything (None is usual): it is not read.
-  not yet     heads-first [B, H, T, D] tensors, a [V, K] state, an output-only kernel: wrap
-              such a kernel in a function of this convention (see the README).
+              else anything (None is usual): it is not read. A kernel asked for no final state
+              may return o alone.
+  normalizer  o = s q·S / (s q·z + eps) (--normalizer in-dot: s q·(z + eps)); eps added in
+              float32 (--eps-dtype).
 """
 """What ``check --help`` says about the convention besides the signature (its epilog)."""
 

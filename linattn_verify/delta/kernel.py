@@ -21,6 +21,14 @@ from typing import Any, ClassVar, Literal, get_args
 
 import torch
 
+from linattn_verify.core.convention import (
+    AxisOrder,
+    StateOrder,
+    check_layouts,
+    result_out,
+    state_in,
+    tokens_in,
+)
 from linattn_verify.core.kernel import KernelBase
 from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.core.sizes import FIXED_SCALES, fixed_scales
@@ -89,6 +97,11 @@ class DeltaCapabilities:
         final_state_dtype: The dtype of the final state it returns, ``"float32"`` (or wider) or
             ``"input"``; the bound charges that rounding. Default: `"float32"`.
         chunk_sizes: Chunk sizes it accepts through ``chunk_size=``. Default: `()`.
+        layout: Its per-token tensors' layout, ``"token-major"`` or ``"heads-first"``
+            (`linattn_verify.core.convention`). Default: `"token-major"`.
+        state_layout: Its state's layout, ``"kv"`` or ``"vk"``. Default: `"kv"`.
+        seq_len_at_least_heads: Refuses T < H (some FLA releases): no such case is drawn.
+            Default: `False`.
     """
 
     gates: tuple[DeltaGate, ...] = ("none",)
@@ -109,8 +122,12 @@ class DeltaCapabilities:
     takes_scale: bool = True
     final_state_dtype: FinalStateDtype = "float32"
     chunk_sizes: tuple[int, ...] = ()
+    layout: AxisOrder = "token-major"
+    state_layout: StateOrder = "kv"
+    seq_len_at_least_heads: bool = False
 
     def __post_init__(self) -> None:
+        check_layouts(self.layout, self.state_layout)
         if not self.gates or any(g not in DELTA_GATES for g in self.gates):
             raise InvalidArgument(f"Got gates={self.gates!r}; each must be one of {DELTA_GATES}.")
         if not self.l2norm_qk or any(not isinstance(x, bool) for x in self.l2norm_qk):
@@ -286,7 +303,7 @@ class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
     def supports(self, problem: DeltaProblem) -> str | None:
         """Return why ``problem`` is outside this kernel's capabilities, or `None`."""
         cap = self.capabilities
-        _, _, _, K, V = problem.shape
+        _, T, H, K, V = problem.shape
         dtype = dtype_name(problem.q.dtype)
         gate = gate_of(problem)
         checks = [
@@ -307,6 +324,7 @@ class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
                 cap.min_head_dim <= min(K, V) and max(K, V) <= cap.max_head_dim,
                 f"head dims K={K}, V={V} outside [{cap.min_head_dim}, {cap.max_head_dim}]",
             ),
+            (not cap.seq_len_at_least_heads or T >= H, f"T={T} < H={H} (seq_len_at_least_heads)"),
             (
                 not cap.scales or problem.scale in fixed_scales(cap.scales, K),
                 f"scale={problem.scale!r} is not one of {cap.scales}",
@@ -346,7 +364,7 @@ class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
         p = problem
         kwargs: dict[str, Any] = {
             "scale": p.scale,
-            "initial_state": p.initial_state,
+            "initial_state": state_in(p.initial_state, cap.state_layout),
             "output_final_state": p.output_final_state,
             "use_qk_l2norm_in_kernel": p.l2norm_qk,
             **self.options,
@@ -368,9 +386,11 @@ class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
         # Only the keywords its signature names reach it (`linattn_verify.signature`).
         features = {n for n, on in declared.items() if on} | set(self.options)
         kwargs = keywords_for(self.fn, kwargs, features)
-        if cap.takes_g:
-            return self.fn(p.q, p.k, p.v, p.g, p.beta, **kwargs)  # type: ignore[no-any-return]
-        return self.fn(p.q, p.k, p.v, p.beta, **kwargs)  # type: ignore[no-any-return]
+        args = (p.q, p.k, p.v, p.g, p.beta) if cap.takes_g else (p.q, p.k, p.v, p.beta)
+        result = self.fn(*(tokens_in(x, cap.layout) for x in args), **kwargs)
+        return result_out(  # type: ignore[no-any-return]
+            result, cap.layout, cap.state_layout, final_state_asked=p.output_final_state
+        )
 
 
 __all__ = [

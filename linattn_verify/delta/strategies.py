@@ -337,6 +337,7 @@ def delta_cases(
     chunk_sizes: Sequence[int] = (16, 64),
     fixed_scales: Sequence[str] = (),
     omittable: Sequence[str] = DELTA_OMITTABLE,
+    heads_within_seq_len: bool = False,
 ) -> st.SearchStrategy[DeltaCase]:
     """Generate `DeltaCase`: any shape, option and value family of the delta rule within limits.
 
@@ -374,6 +375,7 @@ def delta_cases(
             `()` for any (`linattn_verify.core.sizes.scales`). Default: `()`.
         omittable: Keywords the calling style may leave out at their default (of
             `DELTA_OMITTABLE`; drawn last, shrinking toward every keyword passed). Default: all.
+        heads_within_seq_len: Draw H <= T (a kernel that refuses T < H). Default: `False`.
 
     Raises:
         InvalidArgument: naming the argument that is malformed.
@@ -391,6 +393,7 @@ def delta_cases(
     _check_bool("varlen", varlen)
     _check_bool("out_of_contract", out_of_contract)
     _check_bool("realistic_only", realistic_only)
+    _check_bool("heads_within_seq_len", heads_within_seq_len)
     if out_of_contract and False not in l2norm:
         raise InvalidArgument(
             f"Got out_of_contract=True with l2norm={l2norm!r}: out-of-contract keys need "
@@ -430,7 +433,10 @@ def delta_cases(
         packed = varlen and draw(st.booleans(), label="varlen")
         # Drawn in the order the fields are listed (the draws of a seed do not move).
         B = 1 if packed else draw(batch_sizes(max_value=2), label="B")
-        H = draw(head_counts(max_value=max_heads), label="H")
+        H = draw(
+            head_counts(max_value=min(max_heads, seq_len) if heads_within_seq_len else max_heads),
+            label="H",
+        )
         K = draw(head_dim, label="K")
         case = DeltaCase(
             B=B,
@@ -517,6 +523,7 @@ def delta_cases_for(
         realistic_only=realistic_only,
         chunk_sizes=(16, 64, *sorted(chunks)),
         fixed_scales=cap.scales,
+        heads_within_seq_len=cap.seq_len_at_least_heads,
         # Only keywords the kernel takes are left out at their default.
         omittable=tuple(
             name

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
 from linattn_verify.core.arguments import csv_of, dtype_name, nonnegative_float
 from linattn_verify.core.family import Family
-from linattn_verify.typing import KERNEL_DTYPES, Division, FeatureMap
+from linattn_verify.typing import KERNEL_DTYPES, Division, FeatureMap, Normalizer
 
 if TYPE_CHECKING:
     import torch
@@ -140,6 +140,14 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
             "feature_weights=W). Default: %(default)r",
         )
         sem.add_argument(
+            "--normalizer",
+            choices=get_args(Normalizer),
+            default="offset",
+            help="where eps is added: 'offset' s q·z + eps, or 'in-dot' s q·(z + eps), eps added "
+            "to every entry of the key sum (performer-pytorch; judged without decay). "
+            "Default: %(default)r",
+        )
+        sem.add_argument(
             "--zero-denominator",
             choices=("zero", "ieee", "any"),
             default="any",
@@ -177,6 +185,14 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
             help="dtype the division (or reciprocal and multiply) is computed in. "
             "Default: %(default)s",
         )
+        rec.add_argument(
+            "--eps-dtype",
+            type=dtype_name,
+            choices=("float32", "float16", "bfloat16", "float64", "input"),
+            default="float32",
+            help="dtype eps is added in ('input': the input dtype; fl16(1e-6) is not 1e-6). "
+            "Default: %(default)s",
+        )
 
     def source_from_args(self, args: argparse.Namespace, *, on_cuda: bool) -> KernelSource:
         """The kernel as ``check``'s flags and its signature describe it (`KernelSource`)."""
@@ -186,6 +202,19 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
         from linattn_verify.linear_attn.targets import KernelSource
         from linattn_verify.signature import check_call, declared_capabilities, fit_flags
 
+        if args.normalizer == "in-dot":
+            from linattn_verify.errors import InvalidArgument
+
+            if not args.normalized or args.decay != "none":
+                raise InvalidArgument(
+                    "--normalizer in-dot describes a normalized kernel without decay (a decayed "
+                    "key sum would decay its eps too): add --normalized, leave out --decay."
+                )
+            if args.final_state_dtype == "input":
+                raise InvalidArgument(
+                    "--normalizer in-dot with --final-state-dtype input is not judged: the "
+                    "returned key sum's rounding is charged in float32 only."
+                )
         dot = args.dot_precision or ("tf32" if on_cuda else "ieee")
         # argparse restricted these strings to the recipe's choices; PrecisionRecipe rechecks.
         recipe = PrecisionRecipe.from_dict(
@@ -205,6 +234,8 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
                 "division": args.division,
                 "division_dtype": args.division_dtype,
                 "naive_elu1": args.naive_elu1,
+                "eps_dtype": args.eps_dtype,
+                "normalizer": args.normalizer,
             }
         )
         fn = load_kernel_function(args.target)

@@ -27,6 +27,14 @@ from typing import Any, ClassVar, get_args
 import torch
 
 from linattn_verify.core.bound import ZERO_DENOMINATORS, ZeroDenominator
+from linattn_verify.core.convention import (
+    AxisOrder,
+    StateOrder,
+    check_layouts,
+    result_out,
+    state_in,
+    tokens_in,
+)
 from linattn_verify.core.kernel import KernelBase
 from linattn_verify.core.sizes import FIXED_SCALES, fixed_scales
 from linattn_verify.errors import InvalidArgument
@@ -102,6 +110,13 @@ class Capabilities:
             and the exact result undefined (docs/design.md §3): ``"zero"`` (0, our kernels'
             convention), ``"ieee"`` (the IEEE quotient: NaN for 0/0, ±inf for x/0) or ``"any"``
             (not judged there). Default: `"any"`: the harness imposes no choice of its own.
+        layout: Its per-token tensors' layout, ``"token-major"`` (``[B, T, H, D]``) or
+            ``"heads-first"`` (``[B, H, T, D]``; `linattn_verify.core.convention`). Default:
+            `"token-major"`.
+        state_layout: Its state's layout, ``"kv"`` (``[N, H, K, V]``) or ``"vk"``
+            (``[N, H, V, K]``). Default: `"kv"`.
+        seq_len_at_least_heads: Refuses T < H (some FLA releases take such a call for a
+            heads-first one): no case with fewer tokens than heads is drawn. Default: `False`.
     """
 
     normalize: tuple[bool, ...] = (False,)
@@ -128,8 +143,12 @@ class Capabilities:
     final_state_dtype: FinalStateDtype = "float32"
     chunk_sizes: tuple[int, ...] = ()
     zero_denominator: ZeroDenominator = "any"
+    layout: AxisOrder = "token-major"
+    state_layout: StateOrder = "kv"
+    seq_len_at_least_heads: bool = False
 
     def __post_init__(self) -> None:
+        check_layouts(self.layout, self.state_layout)
         if not self.normalize or any(not isinstance(n, bool) for n in self.normalize):
             raise InvalidArgument(
                 f"Expected normalize to be a non-empty tuple of bools but got {self.normalize!r}."
@@ -219,7 +238,7 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
     def supports(self, problem: Problem) -> str | None:
         """Return why ``problem`` is outside this kernel's capabilities, or `None`."""
         cap = self.capabilities
-        _, _, _, K, V = problem.shape
+        _, T, H, K, V = problem.shape
         dtype = dtype_name(problem.q.dtype)
         gate = "vector" if problem.vector_gate else "scalar"
         checks = [
@@ -247,6 +266,7 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
                 cap.min_head_dim <= min(K, V) and max(K, V) <= cap.max_head_dim,
                 f"head dims K={K}, V={V} outside [{cap.min_head_dim}, {cap.max_head_dim}]",
             ),
+            (not cap.seq_len_at_least_heads or T >= H, f"T={T} < H={H} (seq_len_at_least_heads)"),
             (
                 dtype not in cap.even_head_dims or (K % 2 == 0 and V % 2 == 0),
                 f"odd head dims K={K}, V={V} in {dtype}",
@@ -285,7 +305,7 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
         kwargs: dict[str, Any] = {"scale": p.scale} if cap.takes_scale else {}
         kwargs.update(self.options)
         if cap.initial_state or p.initial_state is not None:
-            kwargs["initial_state"] = p.state_arg
+            kwargs["initial_state"] = state_in(p.state_arg, cap.state_layout)
         kwargs["output_final_state"] = p.output_final_state
         if cap.varlen or p.cu_seqlens is not None:
             kwargs["cu_seqlens"] = None if p.cu_seqlens is None else p.cu_seqlens.to(p.q.device)
@@ -311,7 +331,10 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
         takes_g = self.implied_decay is None and (cap.decay or p.g is not None)
         if takes_g and "g" not in left_out:
             args = (*args, p.g)
-        return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
+        result = self.fn(*(tokens_in(x, cap.layout) for x in args), **kwargs)
+        return result_out(  # type: ignore[no-any-return]
+            result, cap.layout, cap.state_layout, final_state_asked=p.output_final_state
+        )
 
 
 __all__ = ["Capabilities", "Kernel"]

@@ -23,6 +23,7 @@ from linattn_verify.typing import (
     Division,
     DotPrecision,
     Form,
+    Normalizer,
 )
 
 
@@ -75,8 +76,13 @@ class PrecisionRecipe:
         division_dtype: The dtype the division (or the reciprocal and the multiply) is computed
             in: ``"float32"`` or ``"input"``. Default: `"float32"`.
         naive_elu1: φ = elu1 evaluated as (exp(x)-1)+1, an absolute error of 2u. Default: `False`.
-        eps_dtype: The dtype eps is added in; the oracle uses eps rounded to it. Default:
-            `"float32"`.
+        eps_dtype: The dtype eps is added in (a name of `UNIT_ROUNDOFF`, or ``"input"``: the
+            input dtype); the oracle uses eps rounded to it. Default: `"float32"`.
+        normalizer: Where eps is added (`linattn_verify.typing.Normalizer`): ``"offset"``,
+            s φ(q)·z + eps, or ``"in-dot"``, s φ(q)·(z + eps). What the kernel computes rather
+            than how it rounds, kept here beside ``eps_dtype`` because both decide the eps the
+            oracle sees (`linattn_verify.linear_attn.tolerance.as_kernel_sees`). ``"in-dot"``
+            is judged without decay only. Default: `"offset"`.
     """
 
     form: Form | None = None
@@ -91,6 +97,7 @@ class PrecisionRecipe:
     division_dtype: str = "float32"
     naive_elu1: bool = False
     eps_dtype: str = "float32"
+    normalizer: Normalizer = "offset"
 
     def __post_init__(self) -> None:
         _check_choice("form", self.form, (*get_args(Form), None))
@@ -102,7 +109,8 @@ class PrecisionRecipe:
         _check_choice(
             "intermediate_dtype", self.intermediate_dtype, (*UNIT_ROUNDOFF, "input", None)
         )
-        _check_choice("eps_dtype", self.eps_dtype, tuple(UNIT_ROUNDOFF))
+        _check_choice("eps_dtype", self.eps_dtype, (*UNIT_ROUNDOFF, "input"))
+        _check_choice("normalizer", self.normalizer, get_args(Normalizer))
         for name in ("chunk_size", "dots_on_path", "casts_on_path"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -189,9 +197,9 @@ class PrecisionRecipe:
         )
         return UNIT_ROUNDOFF[name]
 
-    def effective_eps(self, eps: float) -> float:
-        """Return eps as the kernel adds it: rounded to ``eps_dtype``."""
-        dtype = typing.torch_dtype(self.eps_dtype)
+    def effective_eps(self, eps: float, input_dtype: torch.dtype) -> float:
+        """Return eps as the kernel adds it: rounded to ``eps_dtype`` (``"input"``: the input's)."""
+        dtype = input_dtype if self.eps_dtype == "input" else typing.torch_dtype(self.eps_dtype)
         return float(torch.tensor(eps, dtype=torch.float64).to(dtype).double())
 
     @classmethod

@@ -137,10 +137,29 @@ def recipe_ladders(
                     UNIT_ROUNDOFF[low],
                     f"eps added in {low}",
                     d.eps_dtype,
+                    how=f"`--eps-dtype {low}`",
                     alternative=True,
                 )
             ]
             for low in ("float16", "bfloat16")
-            if low != d.eps_dtype
+            if low not in (d.eps_dtype, dtype_name(dtype) if d.eps_dtype == "input" else None)
         ]
+    if spec.normalize and spec.eps > 0 and spec.decay == "none":
+        # Where eps goes changes the function, not its rounding: an alternative of no size,
+        # tried first, so a kernel with eps inside the dot is told so, not about its rounding.
+        other = "in-dot" if d.normalizer == "offset" else "offset"
+        where = {"in-dot": "eps inside the dot, s q·(z + eps)", "offset": "s q·z + eps"}
+        axes.append(
+            [
+                set_field(
+                    "normalizer",
+                    other,
+                    0.0,
+                    where[other],
+                    d.normalizer,
+                    how=f"`--normalizer {other}`",
+                    alternative=True,
+                )
+            ]
+        )
     return by_axis(axes)

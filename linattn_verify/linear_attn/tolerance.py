@@ -151,8 +151,44 @@ def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
     """Return ``problem`` with eps as the kernel adds it: rounded to the recipe's ``eps_dtype``.
 
     The one place eps is rounded: the bounds (and so every comparison) judge this problem.
+
+    eps inside the dot (``recipe.normalizer == "in-dot"``: s φ(q)·(z_t + eps)) is, without decay,
+    exactly the offset form with eps = 0 and the initial key sum z_0 + eps (z_t + eps =
+    (z_0 + eps) + Σ φ(k)), so every oracle and bound judges that problem unchanged; its final
+    key sum is z_T + eps (`forward_bounds` takes eps back off the reference). A decayed key sum
+    would decay that eps too, so the form is refused with decay. The shifted z_0 is float64
+    (the judged problem is float64 throughout), exact for z_0 = 0.
     """
-    return replace(problem, eps=recipe.effective_eps(problem.eps))
+    eps = recipe.effective_eps(problem.eps, problem.q.dtype)
+    if recipe.normalizer == "offset" or not problem.normalize:
+        return replace(problem, eps=eps)
+    if problem.g is not None:
+        raise InvalidArgument(
+            "eps inside the dot (normalizer='in-dot') is judged without decay only: a decayed "
+            "key sum would decay its eps too; got a problem with g."
+        )
+    N, H, F, V = problem.num_sequences, problem.q.shape[2], problem.feature_dim, problem.v.shape[-1]
+    f64, device = torch.float64, problem.q.device
+    S0 = problem.initial_state
+    z0 = problem.initial_key_sum
+    return replace(
+        problem,
+        eps=0.0,
+        initial_state=torch.zeros(N, H, F, V, dtype=f64, device=device) if S0 is None else S0,
+        initial_key_sum=(torch.zeros(N, H, F, dtype=f64, device=device) if z0 is None else z0)
+        .to(f64)
+        .add(eps),
+    )
+
+
+def key_sum_offset(problem: Problem, recipe: PrecisionRecipe) -> float:
+    """What the judged problem adds to every entry of the key sum (`as_kernel_sees`).
+
+    eps where the recipe puts it inside the dot, else 0.
+    """
+    if recipe.normalizer == "offset" or not problem.normalize:
+        return 0.0
+    return recipe.effective_eps(problem.eps, problem.q.dtype)
 
 
 def forward_bounds(
@@ -314,7 +350,8 @@ def _forward_bounds(
             z_ref, B_z, M_z = states("z_T"), states("B_z"), states("M_z")
             tensors["final_key_sum"] = TensorBound(
                 name="final_key_sum",
-                reference=z_ref,
+                # The kernel returns its key sum without the eps the judged z_0 carries.
+                reference=z_ref - key_sum_offset(problem, recipe),
                 bound=B_z,
                 magnitude=M_z,
                 count=count_S.expand_as(z_ref),
@@ -485,7 +522,7 @@ def backward_bounds(
 def _judged(problem: Problem, recipe: PrecisionRecipe, fb: ForwardBounds) -> tuple[Problem, Units]:
     """The problem as judged, float64 (`_prepare`): the forward's own where it kept it."""
     p = fb.problem
-    if p is None or p.eps != recipe.effective_eps(problem.eps) or p.shape != problem.shape:
+    if p is None or p.eps != as_kernel_sees(problem, recipe).eps or p.shape != problem.shape:
         return _prepare(problem, recipe)
     return p, Units.of(recipe, problem.q.dtype)
 
@@ -556,6 +593,7 @@ __all__ = [
     "charge_returned_state",
     "cotangent_loss",
     "forward_bounds",
+    "key_sum_offset",
     "overflow_elements",
     "reference_gradients",
 ]

@@ -44,6 +44,14 @@ class KernelFailure(Exception):
     """A kernel raised, or returned something that breaks the calling convention."""
 
 
+class OutsideDeclaration(Exception):
+    """A problem a property derived is one the kernel declares it does not take.
+
+    A piece of a split, a separate run (`Kernel.supports`: T < H for ``seq_len_at_least_heads``,
+    say). The kernel is never called on it: `property_function` makes the property not applicable.
+    """
+
+
 @dataclass(frozen=True)
 class KernelRun:
     """What one kernel call produced (detached).
@@ -278,6 +286,8 @@ def property_function(fn: Property) -> Property:
             return fn(spec, kernel, *args, **kwargs)
         except KernelFailure as exc:
             return failed(fn.__name__, kernel, spec, str(exc))
+        except OutsideDeclaration as exc:
+            return not_applicable(fn.__name__, kernel, spec, f"a derived problem: {exc}")
 
     return checked
 
@@ -435,7 +445,11 @@ def run_kernel(
         KernelFailure: the kernel (forward or backward) raised, returned a wrong type, shape or
             dtype, or a NaN its declared zero-denominator convention does not allow there (unless
             ``caller_judges``), or modified an input; the message says which.
+        OutsideDeclaration: ``problem`` is outside what the kernel declares it takes.
     """
+    outside = kernel.supports(problem)
+    if outside is not None:
+        raise OutsideDeclaration(outside)
     what = kernel.name
     if cotangents is None and cotangent_seed is not None:
         cotangents = random_cotangents(problem, cotangent_seed)

@@ -159,7 +159,8 @@ def test_fla_lifted_declarations(kernels: dict[str, Kernel]) -> None:
 def test_bf16_eps_is_what_fla_adds(kernels: dict[str, Kernel]) -> None:
     recipe = kernels["fla/based.parallel+normalize"].precision_recipe(torch.bfloat16)
     added = torch.tensor(fla_lifted.BASED_EPS, dtype=torch.bfloat16).item()
-    assert recipe.effective_eps(fla_lifted.BASED_EPS) == added == 2.0**-20 * 134 / 128
+    added_by_recipe = recipe.effective_eps(fla_lifted.BASED_EPS, torch.bfloat16)
+    assert added_by_recipe == added == 2.0**-20 * 134 / 128
 
 
 @needs_fla

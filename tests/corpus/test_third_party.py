@@ -25,7 +25,7 @@ HERE = Path(__file__).parent
 
 LONG_POSITIVE_FP16 = ProblemSpec(
     B=1, T=1024, H=2, K=128, V=128, dtype="float16", feature_map="identity", normalize=True,
-    eps=0.0, scale=1.0, values="positive", decay="none", initial_state=False,
+    eps=1e-6, scale=1.0, values="positive", decay="none", initial_state=False,
     output_final_state=False, segments=None, seed=1889808280,
 )  # fmt: skip
 

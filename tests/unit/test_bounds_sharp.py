@@ -144,7 +144,8 @@ def test_planted_defect_is_flagged_and_its_twin_passes(defect: str, seed: int) -
     good = check_against_oracle(problem, correct(problem), recipe=recipe, name="twin")
     assert good.ok, good.report()
     bad_o = defective(problem)
-    exact = forward_bounds(replace(problem, eps=recipe.effective_eps(problem.eps)), recipe)
+    eps = recipe.effective_eps(problem.eps, problem.q.dtype)
+    exact = forward_bounds(replace(problem, eps=eps), recipe)
     # The strawman tolerance misses the defect ...
     assert _normwise_ratio(bad_o, exact.tensors["o"].reference) < HAND_PICKED_RATIO
     # ... the error model does not.

@@ -54,8 +54,8 @@ def test_units() -> None:
     assert cast.u_low(torch.bfloat16) == 2.0**-8
     assert cast.u_low(torch.float16) == 2.0**-11
     # eps is rounded to the dtype it is added in: fl32(1e-6) != 1e-6.
-    assert PrecisionRecipe().effective_eps(1e-6) == float(torch.tensor(1e-6).item())
-    assert PrecisionRecipe(eps_dtype="float64").effective_eps(1e-6) == 1e-6
+    assert PrecisionRecipe().effective_eps(1e-6, torch.float32) == float(torch.tensor(1e-6).item())
+    assert PrecisionRecipe(eps_dtype="float64").effective_eps(1e-6, torch.float32) == 1e-6
 
 
 def test_from_dict_rejects_unknown_keys() -> None:

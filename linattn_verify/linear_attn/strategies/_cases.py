@@ -219,6 +219,7 @@ def problem_specs(
     omittable: Sequence[str] = OMITTABLE,
     max_feature_dim: int = 16,
     fixed_scales: Sequence[str] = (),
+    heads_within_seq_len: bool = False,
 ) -> st.SearchStrategy[ProblemSpec]:
     """Generate `ProblemSpec`: any shape, dtype, option, layout and value family within limits.
 
@@ -274,6 +275,7 @@ def problem_specs(
             size reach goes to 64).
         fixed_scales: Draw only these scales (`linattn_verify.core.sizes.FIXED_SCALES`: ``default``
             is `None` or K^-1/2, ``one`` is 1), or `()` for any (`scales`). Default: `()`.
+        heads_within_seq_len: Draw H <= T (a kernel that refuses T < H). Default: `False`.
 
     Raises:
         InvalidArgument: naming the first malformed argument.
@@ -320,6 +322,8 @@ def problem_specs(
         raise InvalidArgument(
             f"Expected chunk_sizes to be a sequence of ints but got {chunk_sizes!r}."
         )
+    if not isinstance(heads_within_seq_len, bool):
+        raise InvalidArgument(f"Expected a bool but got {heads_within_seq_len=}.")
     return _problem_specs(
         T=seq_lens(min_value=min_seq_len, max_value=max_seq_len, chunk_sizes=chunk_sizes),
         head_dim=head_dims(min_value=min_head_dim, max_value=max_head_dim),
@@ -340,6 +344,7 @@ def problem_specs(
         omittable=tuple(n for n in OMITTABLE if n in omittable),
         max_feature_dim=max_feature_dim,
         fixed_scales=fixed_scales,
+        heads_within_seq_len=heads_within_seq_len,
     )
 
 
@@ -366,6 +371,7 @@ def _problem_specs(
     omittable: tuple[str, ...],
     max_feature_dim: int,
     fixed_scales: tuple[str, ...],
+    heads_within_seq_len: bool,
 ) -> ProblemSpec:
     """Draw one spec from validated arguments (see `problem_specs`)."""
     seq_len = draw(T, label="T")
@@ -390,7 +396,10 @@ def _problem_specs(
     spec = ProblemSpec(
         B=1 if use_varlen else draw(batch_sizes(max_value=max_batch_size), label="B"),
         T=seq_len,
-        H=draw(head_counts(max_value=max_heads), label="H"),
+        H=draw(
+            head_counts(max_value=min(max_heads, seq_len) if heads_within_seq_len else max_heads),
+            label="H",
+        ),
         K=K,
         V=V,
         dtype=dtype,
@@ -522,6 +531,7 @@ def kernel_specs(
         omittable=tuple(n for n in OMITTABLE if declared.get(n, True)),
         max_feature_dim=min(16, cap.max_feature_dim or 16),
         fixed_scales=cap.scales,
+        heads_within_seq_len=cap.seq_len_at_least_heads,
     )
 
 

@@ -19,6 +19,7 @@ import torch
 
 from linattn_properties._support import (
     KernelFailure,
+    OutsideDeclaration,
     state_dtype_problem,
     with_returned_state_rounding,
 )
@@ -116,10 +117,14 @@ def run(
     ``cotangent_layout`` (`linattn_verify.core.memory`; contiguous by default).
 
     Raises:
+        OutsideDeclaration: ``problem`` is outside what the kernel declares it takes.
         KernelFailure: the kernel raised (forward or backward), returned something other than
             ``(o [B, T, H, V] in the input dtype, S_T [N, H, K, V] floating or None)``, or
             modified an input in place.
     """
+    outside = kernel.supports(problem)
+    if outside is not None:
+        raise OutsideDeclaration(outside)
     originals = problem.inputs()
     backward = cotangents is not None
     leaves = {n: x.detach().clone().requires_grad_(backward) for n, x in originals.items()}
