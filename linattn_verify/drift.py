@@ -288,7 +288,9 @@ def _measure(
     for T in settings.lengths:
         predicted = _predicted(costs, len(variants))
         left = settings.budget - (time.monotonic() - started)
-        if sum(predicted) > left:
+        # The first level has no cost to predict from: it runs whatever the budget (a budget
+        # of a millisecond could otherwise be spent before the first point on a loaded machine).
+        if costs and sum(predicted) > left:
             stopped = "budget"
             reason = (
                 f"stopped before T={T}: predicted {sum(predicted):.0f} s for it, {left:.0f} s "
@@ -299,7 +301,7 @@ def _measure(
         for variant, guess in zip(variants, predicted, strict=True):
             left = settings.budget - (time.monotonic() - started)
             # A level that takes longer than predicted is cut short between points.
-            if guess > left:
+            if costs and guess > left:
                 stopped = "budget"
                 reason = (
                     f"stopped at T={T} before {variant.dtype}/{variant.state_dtype}: predicted "

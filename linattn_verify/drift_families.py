@@ -23,13 +23,14 @@ from linattn_verify.drift import (
     tensor_drift,
 )
 from linattn_verify.errors import InvalidArgument
+from linattn_verify.typing import LIFTED_MAPS
 
 
 def _normal(generator: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=generator, dtype=torch.float32)
 
 
-DRIFT_FEATURE_MAPS = ("identity", "relu", "elu1", "taylor2", "rebased")
+DRIFT_FEATURE_MAPS = ("identity", "relu", "elu1", "exp", "softmax", "taylor2", "rebased")
 """The feature maps drift draws, in order of preference (favor+ needs a projection drift does
 not draw)."""
 
@@ -65,7 +66,9 @@ class LinearDriver:
             )
         maps = [m for m in DRIFT_FEATURE_MAPS if m in cap.feature_maps]
         if gate == "vector":  # a vector gate does not combine with a lifted map (semantics)
-            maps = [m for m in maps if m in ("identity", "relu", "elu1")]
+            maps = [m for m in maps if m in ("identity", "relu", "elu1", "exp")]
+            if cap.query_feature_map in LIFTED_MAPS:
+                maps = []
         if not maps:
             raise InvalidArgument(
                 f"Got kernel {kernel.name} with feature_maps={cap.feature_maps}; drift draws "
@@ -111,6 +114,7 @@ class LinearDriver:
             eps=self.eps,
             feature_map=self.feature_map,
             output_final_state=self.final_state,
+            query_feature_map=kernel.capabilities.query_feature_map,
         )
         problem = kernel.prepare(problem)
         _require(kernel.supports(problem))

@@ -12,7 +12,7 @@ import fnmatch
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from importlib import metadata
-from typing import TYPE_CHECKING, cast, get_args
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -21,7 +21,7 @@ from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.kernel import Capabilities, Kernel
 from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.results import PropertyResult
-from linattn_verify.typing import FORMS, FeatureMap, Form
+from linattn_verify.typing import FORMS, OWN_FEATURE_MAPS, Form
 
 if TYPE_CHECKING:
     from linattn_verify.linear_attn.strategies import ProblemSpec
@@ -31,7 +31,7 @@ PropertyFunction = Callable[["ProblemSpec", Kernel], PropertyResult]
 
 FULL = Capabilities(
     normalize=(False, True),
-    feature_maps=get_args(FeatureMap),
+    feature_maps=OWN_FEATURE_MAPS,
     configurable=True,
     decay=True,
     gates=("scalar", "vector"),

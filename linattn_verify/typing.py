@@ -20,13 +20,29 @@ DtypeName = Literal["float64", "float32", "float16", "bfloat16"]
 DTYPE_NAMES: tuple[DtypeName, ...] = get_args(DtypeName)
 """Every dtype name, widest first (report order)."""
 
-FeatureMap = Literal["identity", "elu1", "relu", "taylor2", "rebased", "favor+"]
+FeatureMap = Literal["identity", "elu1", "relu", "exp", "taylor2", "rebased", "favor+", "softmax"]
 """Feature maps φ. Elementwise: ``identity``; ``elu1`` = elu(x)+1 = where(x>0, x+1, exp(x));
-``relu``. Lifted (R^K to R^F, `linattn_verify.linear_attn.feature_maps`): ``taylor2`` (Based),
-``rebased`` and ``favor+`` (Performer positive random features)."""
+``relu``; ``exp``. Lifted (R^K to R^F, `linattn_verify.linear_attn.feature_maps`): ``taylor2``
+(Based), ``rebased`` and ``favor+`` (Performer positive random features); and ``softmax`` over
+the feature dimension (F = K, but every feature depends on the whole row: lifted machinery)."""
 
-LIFTED_MAPS: tuple[FeatureMap, ...] = ("taylor2", "rebased", "favor+")
-"""Feature maps whose feature dimension F differs from K (the state is F x V)."""
+LIFTED_MAPS: tuple[FeatureMap, ...] = ("taylor2", "rebased", "favor+", "softmax")
+"""Feature maps that are not elementwise: their Jacobian is a matrix (the state is F x V, and F
+differs from K except for softmax)."""
+
+KEEPS_K: tuple[FeatureMap, ...] = ("identity", "elu1", "relu", "exp", "softmax")
+"""Maps that keep K features: the ones queries and keys may differ in (``query_feature_map``)."""
+
+OWN_FEATURE_MAPS: tuple[FeatureMap, ...] = (
+    "identity",
+    "elu1",
+    "relu",
+    "taylor2",
+    "rebased",
+    "favor+",
+)
+"""The maps our own kernels apply (``feature_map=``); ``exp`` and ``softmax`` are judged in
+third-party kernels that declare them."""
 
 SCORE_MAPS: tuple[FeatureMap, ...] = ("taylor2", "rebased")
 """Lifted maps that are polynomials of the score: the scale multiplies q before the map."""
@@ -105,8 +121,10 @@ __all__ = [
     "FINAL_STATE_DTYPES",
     "FORMS",
     "GATES",
+    "KEEPS_K",
     "KERNEL_DTYPES",
     "LIFTED_MAPS",
+    "OWN_FEATURE_MAPS",
     "SCORE_MAPS",
     "Accumulation",
     "DecayScan",

@@ -280,6 +280,8 @@ def dd_feature_map(x: Array, feature_map: str) -> tuple[Array, Array | None]:
         return x, None
     if feature_map == "relu":
         return np.maximum(x, 0.0), None
+    if feature_map == "exp":
+        return dd_exp(x, np.zeros_like(x))
     ph, pl = two_sum(x, np.ones_like(x))
     eh, el = dd_exp(np.minimum(x, 0.0), np.zeros_like(x))
     positive = x > 0
@@ -328,6 +330,11 @@ def dd_lift(
         xh, xl = x, np.zeros_like(x)
     else:
         xh, xl = two_prod(x, np.full_like(x, prescale))
+    if feature_map == "softmax":
+        # exp(x - m) / Σ exp(x - m): x - m exact as a dd pair, so the only error is dd's own.
+        eh, el = dd_exp(*dd_add_d(xh, xl, -xh.max(axis=-1, keepdims=True)))
+        sh, sl = dd_sum(eh, el)
+        return dd_div(eh, el, sh[..., None], sl[..., None])
     if feature_map in ("taylor2", "rebased"):
         qh, ql = _dd_outer(xh, xl)
         if feature_map == "rebased":

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
 from linattn_verify.core.arguments import csv_of, dtype_name, nonnegative_float
 from linattn_verify.core.family import Family
-from linattn_verify.typing import KERNEL_DTYPES, Division, FeatureMap, Normalizer
+from linattn_verify.typing import KEEPS_K, KERNEL_DTYPES, Division, FeatureMap, Normalizer
 
 if TYPE_CHECKING:
     import torch
@@ -96,6 +96,7 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
             output_final_state=case.output_final_state,
             cu_seqlens=tensors.get("cu_seqlens"),
             feature_weights=tensors.get("feature_weights"),
+            query_feature_map=case.query_feature_map,
         )
         return dataclasses.replace(problem, omit=frozenset(case.omit))
 
@@ -134,10 +135,17 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
             "--feature-map",
             choices=get_args(FeatureMap),
             default="identity",
-            help="feature map the kernel applies itself: elementwise (identity, elu1, relu) or "
-            "lifted (taylor2: Based's 1 + x + x²/2 of x = s q·k; rebased: x²; favor+: "
-            "Performer's exp(Wx - |x|²/2)/√m, with W drawn by the harness and passed as "
-            "feature_weights=W). Default: %(default)r",
+            help="feature map the kernel applies itself: elementwise (identity, elu1, relu, exp), "
+            "softmax over the features, or lifted (taylor2: Based's 1 + x + x²/2 of x = s q·k; "
+            "rebased: x²; favor+: Performer's exp(Wx - |x|²/2)/√m, with W drawn by the harness "
+            "and passed as feature_weights=W). Default: %(default)r",
+        )
+        sem.add_argument(
+            "--query-feature-map",
+            choices=KEEPS_K,
+            default=None,
+            help="the queries' own map where it is not the keys' (--feature-map): 'efficient "
+            "attention' is --query-feature-map softmax --feature-map exp. Default: the same",
         )
         sem.add_argument(
             "--normalizer",
@@ -244,6 +252,7 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
             normalize=(args.normalized,),
             eps=args.eps if args.normalized else 0.0,
             feature_maps=(args.feature_map,),
+            query_feature_map=args.query_feature_map,
             decay=args.decay != "none",
             gates=("vector",) if args.decay == "vector" else ("scalar",),
             decay_required=args.decay_required,

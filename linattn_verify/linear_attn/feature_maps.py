@@ -9,6 +9,11 @@ dimension K to a feature dimension F, so the state is F x V:
 * ``rebased``: φ(x) = (x_i x_j) i-major, F = K², so that φ(x)·φ(y) = (x·y)².
 * ``favor+`` (Performer positive random features): φ(x) = exp(W x - |x|²/2) / √m with the
   problem's projection W ``[m, K]``, F = m.
+* ``softmax`` over the feature dimension: φ(x)_i = exp(x_i) / Σ_j exp(x_j), F = K (the query
+  map of "efficient attention", linear-attention-transformer's and performer-pytorch's
+  ``no_projection``); its Jacobian diag(φ) - φ φ^T is a matrix, so it goes the lifted way.
+
+The elementwise ``exp`` (those libraries' key map) is φ(x) = e^x.
 
 For ``taylor2`` and ``rebased`` (`linattn_verify.typing.SCORE_MAPS`) the scale multiplies the query
 *before* the map, so the attention weight is κ(s q·k) (as Based and ReBased define it), and no
@@ -35,7 +40,7 @@ def feature_dim(feature_map: FeatureMap, K: int, m: int = 0) -> int:
         return K * K
     if feature_map == "favor+":
         return m
-    return K
+    return K  # elementwise maps, and softmax
 
 
 def _outer(x: torch.Tensor) -> torch.Tensor:
@@ -58,6 +63,8 @@ def lift(x: torch.Tensor, feature_map: FeatureMap, weights: torch.Tensor | None)
         return torch.cat([ones, x, _outer(x) * INV_SQRT2], dim=-1)
     if feature_map == "rebased":
         return _outer(x)
+    if feature_map == "softmax":
+        return torch.softmax(x, dim=-1)
     assert feature_map == "favor+"
     assert weights is not None, "favor+ needs its projection W [m, K]"
     return torch.exp(favor_exponent(x, weights)) / math.sqrt(weights.shape[0])
@@ -76,6 +83,8 @@ def apply_feature_map(
         return x
     if feature_map == "relu":
         return torch.relu(x)
+    if feature_map == "exp":
+        return torch.exp(x)
     # Clamping keeps exp finite on the branch `where` discards, so autograd never sees inf * 0.
     return torch.where(x > 0, x + 1, torch.exp(torch.clamp(x, max=0)))
 
@@ -85,8 +94,11 @@ def lift_sensitivity(
 ) -> torch.Tensor:
     """Return |J_φ(x)| 1 ``[..., F]``: each feature's first-order move when all of x moves by 1.
 
-    favor+ reads its Jacobian φ_f (W_fi - x_i) off ``features``.
+    favor+ reads its Jacobian φ_f (W_fi - x_i) off ``features``; softmax's row i of
+    diag(φ) - φ φ^T sums to 2 φ_i (1 - φ_i) in absolute value.
     """
+    if feature_map == "softmax":
+        return 2 * features.abs() * (1 - features).abs()
     if feature_map in ("taylor2", "rebased"):
         a = x.abs()
         quad = (a[..., :, None] + a[..., None, :]).flatten(-2)
@@ -115,10 +127,17 @@ def lift_vjp(
     bound on the features' gradient back to x. favor+ takes its features from ``features`` when
     given (a stabilised query's φ e^{-c}, whose Jacobian is e^{-c} J_φ), else computes φ(x).
     Entries of J: taylor2 1 (linear features) and (δ_ai x_b + δ_bi x_a)/√2 (quadratic); rebased
-    the same without 1/√2; favor+ φ_f (W_fi - x_i).
+    the same without 1/√2; favor+ φ_f (W_fi - x_i); softmax φ_i (δ_ij - φ_j), so that
+    J^T c = φ ⊙ (c - φ·c) and |J|^T c = φ ⊙ ((1 - 2φ) ⊙ c + φ·c) (each term of it >= 0).
     """
     mag = torch.abs if absolute else (lambda t: t)
     K = x.shape[-1]
+    if feature_map == "softmax":
+        p = torch.softmax(x, dim=-1) if features is None else features
+        if absolute:
+            p = p.abs()
+            return p * ((1 - 2 * p) * cotangent + (p * cotangent).sum(-1, keepdim=True))
+        return p * (cotangent - (p * cotangent).sum(-1, keepdim=True))
     if feature_map in ("taylor2", "rebased"):
         quad = cotangent[..., -K * K :].reshape(*cotangent.shape[:-1], K, K)
         sym = quad + quad.transpose(-1, -2)
@@ -137,11 +156,13 @@ def lift_vjp(
 
 
 def feature_map_derivative(x: torch.Tensor, feature_map: FeatureMap) -> torch.Tensor:
-    """Return φ'(x) elementwise (relu' and elu1' take the x > 0 branch as 1, else 0 / exp(x))."""
+    """Return φ'(x) of an elementwise map (relu' and elu1' take x > 0 as 1, else 0 / exp(x))."""
     if feature_map == "identity":
         return torch.ones_like(x)
     if feature_map == "relu":
         return (x > 0).to(x.dtype)
+    if feature_map == "exp":
+        return torch.exp(x)
     return torch.where(x > 0, torch.ones_like(x), torch.exp(torch.clamp(x, max=0)))
 
 

@@ -45,6 +45,7 @@ from linattn_verify.typing import (
     DTYPE_NAMES,
     FINAL_STATE_DTYPES,
     GATES,
+    KEEPS_K,
     KERNEL_DTYPES,
     FeatureMap,
     FinalStateDtype,
@@ -117,6 +118,10 @@ class Capabilities:
             (``[N, H, V, K]``). Default: `"kv"`.
         seq_len_at_least_heads: Refuses T < H (some FLA releases take such a call for a
             heads-first one): no case with fewer tokens than heads is drawn. Default: `False`.
+        query_feature_map: The map it applies to queries where that is not its keys' map
+            (``feature_maps``): "efficient attention" takes softmax over each query's features
+            and exp of each key. Both must keep K features
+            (`linattn_verify.linear_attn.semantics.KEEPS_K`). Default: `None` (one map).
     """
 
     normalize: tuple[bool, ...] = (False,)
@@ -146,9 +151,20 @@ class Capabilities:
     layout: AxisOrder = "token-major"
     state_layout: StateOrder = "kv"
     seq_len_at_least_heads: bool = False
+    query_feature_map: FeatureMap | None = None
 
     def __post_init__(self) -> None:
         check_layouts(self.layout, self.state_layout)
+        if self.query_feature_map is not None and (
+            self.configurable
+            or self.query_feature_map not in KEEPS_K
+            or any(m not in KEEPS_K for m in self.feature_maps)
+        ):
+            raise InvalidArgument(
+                f"Got query_feature_map={self.query_feature_map!r} with feature_maps="
+                f"{self.feature_maps!r}, configurable={self.configurable}: a query map of its "
+                f"own needs fixed maps that keep K features on both sides ({KEEPS_K})."
+            )
         if not self.normalize or any(not isinstance(n, bool) for n in self.normalize):
             raise InvalidArgument(
                 f"Expected normalize to be a non-empty tuple of bools but got {self.normalize!r}."
@@ -247,6 +263,11 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
             (
                 problem.feature_map in cap.feature_maps,
                 f"feature_map={problem.feature_map} not applied by the kernel",
+            ),
+            (
+                problem.query_map == (cap.query_feature_map or problem.feature_map),
+                f"queries' feature map {problem.query_map} not the kernel's "
+                f"({cap.query_feature_map or problem.feature_map})",
             ),
             (
                 not problem.normalize or cap.configurable or problem.eps == cap.eps,

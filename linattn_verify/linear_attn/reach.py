@@ -44,7 +44,7 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
     even = dtype in cap.even_head_dims
     normalize = rng.choice(cap.normalize)
     decays = [d for d in ("mild", "zero") if cap.decay]
-    vector = bool(decays) and vector_gated(kernel)
+    vector = bool(decays) and vector_gated(kernel) and cap.query_feature_map not in LIFTED_MAPS
     # A vector gate does not combine with a lifted map (semantics): draw an elementwise one.
     maps = [m for m in cap.feature_maps if not (vector and m in LIFTED_MAPS)]
     feature_map = rng.choice(maps or cap.feature_maps)
@@ -52,8 +52,8 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
     varlen = cap.varlen and rng.random() < 0.5
     K = size.K
     lifted: dict[str, Any] = {}
-    if feature_map in LIFTED_MAPS:
-        # A lifted map's state has F rows: its reach is in F (capped), not in K.
+    if feature_map in LIFTED_MAPS and feature_map != "softmax":
+        # A lifted map's state has F rows: its reach is in F (capped), not in K (softmax keeps K).
         limit = min(REACH_MAX_FEATURES, cap.max_feature_dim or REACH_MAX_FEATURES)
         K = min(K, largest_key_dim(feature_map, limit))
         if even and K % 2:
@@ -84,6 +84,7 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
         segments=segments,
         seed=rng.randrange(2**31),
         gate="vector" if vector else "scalar",
+        query_feature_map=None if cap.query_feature_map == feature_map else cap.query_feature_map,
         **lifted,
     )
     if even and (spec.K % 2 or spec.V % 2):

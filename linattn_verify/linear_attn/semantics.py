@@ -21,6 +21,11 @@ multiplies the result (`Problem.outer_scale` is 1). ``favor+`` takes its project
 from the problem (``feature_weights``) and keeps the scale outside. A vector gate decays key
 dimensions, which a lifted map no longer has: the two do not combine.
 
+Queries may take their own map (``query_feature_map``): "efficient attention" (performer-pytorch's
+``no_projection``, linear-attention-transformer) applies a softmax over the features of each query
+and exp to each key. Both maps then keep K features (elementwise maps or softmax), and φ(q) below
+reads as φ_q(q).
+
 For ``favor+`` with ``normalize`` and eps = 0 the output is unchanged when every query's features
 are multiplied by one positive factor, so the oracles and bounds use the stabilised query
 features exp(W q - |q|²/2 - c_t)/√m with c_t = max_f (W q_t - |q_t|²/2)_f: the same o exactly,
@@ -70,7 +75,7 @@ from linattn_verify.core.tokens import (
 )
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.feature_maps import apply_feature_map, favor_exponent, feature_dim
-from linattn_verify.typing import LIFTED_MAPS, SCORE_MAPS, FeatureMap, dtype_name
+from linattn_verify.typing import KEEPS_K, LIFTED_MAPS, SCORE_MAPS, FeatureMap, dtype_name
 
 OMITTABLE = (
     "g",
@@ -107,6 +112,8 @@ class Problem(PackedTokens):
         output_final_state: Whether the final state is part of the result.
         cu_seqlens: Sequence boundaries ``[N+1]`` (int64, CPU) or `None`.
         feature_weights: The projection W ``[m, K]`` of ``favor+`` (`None` for every other map).
+        query_feature_map: The queries' own map where it differs from ``feature_map`` (then
+            the keys'), or `None`: one map for both. Default: `None`.
         omit: Arguments (`OMITTABLE`) a kernel call leaves out where their value is the
             default (`at_default`), to exercise the kernel's own defaults. How the kernel is
             called, not what it computes: the oracles ignore it. Default: none (every argument
@@ -127,13 +134,23 @@ class Problem(PackedTokens):
     cu_seqlens: torch.Tensor | None
     omit: frozenset[str] = frozenset()
     feature_weights: torch.Tensor | None = None
+    query_feature_map: FeatureMap | None = None
 
     family = "linear_attn"
 
     @property
+    def query_map(self) -> FeatureMap:
+        """The map applied to queries (``query_feature_map``, else ``feature_map``)."""
+        return self.query_feature_map or self.feature_map
+
+    def map_of(self, *, query: bool) -> FeatureMap:
+        """The map of queries (``query``) or keys."""
+        return self.query_map if query else self.feature_map
+
+    @property
     def lifted(self) -> bool:
-        """Whether φ is a lifted map (the state has F = `feature_dim` rows, not K)."""
-        return self.feature_map in LIFTED_MAPS
+        """Whether a side's map is lifted (not elementwise: `linattn_verify.typing.LIFTED_MAPS`)."""
+        return self.feature_map in LIFTED_MAPS or self.query_map in LIFTED_MAPS
 
     @property
     def feature_dim(self) -> int:
@@ -165,7 +182,7 @@ class Problem(PackedTokens):
             y = favor_exponent(q, self.feature_weights)
             c = y.amax(-1, keepdim=True) if y.shape[-1] else y.sum(-1, keepdim=True)
             return torch.exp(y - c) / math.sqrt(self.feature_weights.shape[0])
-        return apply_feature_map(q, self.feature_map, self.feature_weights)
+        return apply_feature_map(q, self.query_map, self.feature_weights)
 
     def key_features(self, k: torch.Tensor) -> torch.Tensor:
         """φ of keys ``[..., K]`` taken from this problem, in their dtype ``[..., F]``."""
@@ -193,6 +210,8 @@ class Problem(PackedTokens):
         """Return a one-line description: shapes, dtype and every option."""
         B, T, H, K, V = self.shape
         fmap = f"feature_map={self.feature_map}"
+        if self.query_feature_map is not None:
+            fmap += f" (queries: {self.query_feature_map})"
         if self.feature_weights is not None:
             fmap += f" (W [{self.feature_weights.shape[0]}, {K}])"
         parts = [
@@ -297,6 +316,7 @@ def validate_problem(
     output_final_state: Any = False,
     cu_seqlens: Any = None,
     feature_weights: Any = None,
+    query_feature_map: Any = None,
 ) -> Problem:
     """Check one instance of the function and resolve its options.
 
@@ -318,6 +338,8 @@ def validate_problem(
         feature_weights: The projection W ``[m, K]`` (m >= 1) of ``favor+``, a finite float
             tensor on q's device; required by ``favor+`` and refused by every other map.
             Default: `None`.
+        query_feature_map: The queries' own map, or `None` for ``feature_map`` on both. Where
+            it differs, both maps must keep K features (`KEEPS_K`). Default: `None`.
 
     Returns:
         The validated `Problem`.
@@ -361,11 +383,21 @@ def validate_problem(
     if resolved_eps != 0 and not normalize:
         raise _fail(f"Got eps={eps!r} with normalize=False; eps only applies to normalized output.")
     fmap = check_feature_map(feature_map)
-    W = _check_feature_weights(feature_weights, fmap, K, q.device)
-    if fmap in LIFTED_MAPS and g is not None and g.ndim == 4:
+    qmap = None if query_feature_map is None else check_feature_map(query_feature_map)
+    if qmap == fmap:
+        qmap = None
+    if qmap is not None and not (qmap in KEEPS_K and fmap in KEEPS_K):
         raise _fail(
-            f"Got feature_map={fmap!r} with a vector gate g {tuple(g.shape)}; a vector gate "
-            "decays key dimensions, which a lifted map does not keep: use a scalar gate [B, T, H]."
+            f"Got query_feature_map={qmap!r} with feature_map={fmap!r}; queries take a map of "
+            f"their own only where both keep K features: {KEEPS_K}."
+        )
+    W = _check_feature_weights(feature_weights, fmap, K, q.device)
+    lifted = [m for m in (fmap, qmap) if m in LIFTED_MAPS]
+    if lifted and g is not None and g.ndim == 4:
+        raise _fail(
+            f"Got feature_map={lifted[0]!r} with a vector gate g {tuple(g.shape)}; a vector gate "
+            "decays key dimensions one by one, and a map that is not elementwise (lifted: "
+            f"{LIFTED_MAPS}) mixes them: use a scalar gate [B, T, H]."
         )
     output_final_state = check_flag("output_final_state", output_final_state)
     bounds = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, B, T)
@@ -386,6 +418,7 @@ def validate_problem(
         output_final_state=output_final_state,
         cu_seqlens=bounds,
         feature_weights=W,
+        query_feature_map=qmap,
     )
 
 

@@ -32,6 +32,7 @@ from linattn_verify.linear_attn.oracles.parallel import State, parallel_referenc
 from linattn_verify.linear_attn.semantics import Problem
 from linattn_verify.linear_attn.strategies import ProblemSpec, random_cotangents
 from linattn_verify.results import PropertyResult
+from linattn_verify.typing import LIFTED_MAPS
 
 GRADCHECK_EPS = 1e-6
 """Finite-difference step of the gradcheck, in units of each input's scale (see below)."""
@@ -166,15 +167,16 @@ def _denominator_condition(problem: Problem, scales: Mapping[str, float]) -> tor
     )
 
     def reach(name: str, x: torch.Tensor) -> torch.Tensor:
-        if problem.lifted:
-            query = name == "q"
+        query = name == "q"
+        feature_map = problem.map_of(query=query)
+        if feature_map in LIFTED_MAPS:
             phi = problem.query_features(x) if query else problem.key_features(x)
             pre = problem.query_prescale if query else 1.0
             xin = x * pre
-            moved = lift_sensitivity(xin, problem.feature_map, problem.feature_weights, phi)
+            moved = lift_sensitivity(xin, feature_map, problem.feature_weights, phi)
             return phi.abs() + scales.get(name, 0.0) * abs(pre) * moved
-        phi = apply_feature_map(x, problem.feature_map).abs()
-        return phi + scales.get(name, 0.0) * feature_map_derivative(x, problem.feature_map).abs()
+        phi = apply_feature_map(x, feature_map).abs()
+        return phi + scales.get(name, 0.0) * feature_map_derivative(x, feature_map).abs()
 
     absolute = replace(
         plain,
@@ -222,11 +224,11 @@ def float64_path_passes_gradcheck(
     inputs = problem.inputs()
     notes: list[str] = []
     scales = {n: _power_of_two_scale(x) for n, x in inputs.items()}
-    if problem.feature_map == "relu":
-        for n in ("q", "k"):
-            if bool((inputs[n].abs() <= 2 * GRADCHECK_EPS * scales[n]).any()):
-                del inputs[n]
-                notes.append(f"{n} left out: a coordinate within the step of relu's kink at 0")
+    for n in ("q", "k"):
+        near_kink = inputs[n].abs() <= 2 * GRADCHECK_EPS * scales[n]
+        if problem.map_of(query=n == "q") == "relu" and bool(near_kink.any()):
+            del inputs[n]
+            notes.append(f"{n} left out: a coordinate within the step of relu's kink at 0")
     if not inputs:
         return not_applicable(name, kernel_name, spec, "; ".join(notes))
     tiny = torch.finfo(torch.float64).tiny

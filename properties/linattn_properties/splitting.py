@@ -53,6 +53,7 @@ def _subproblem(problem: Problem, start: int, end: int, initial_state: Any) -> P
         initial_state=initial_state,
         output_final_state=True,
         feature_weights=problem.feature_weights,
+        query_feature_map=problem.query_feature_map,
     )
 
 

@@ -341,7 +341,7 @@ def test_strided_inputs_match_contiguous_bitwise() -> None:
         ({"chunk_size": 8}, "chunk_size"),
         ({"chunk_size": "64"}, "chunk_size"),
         ({"chunk_size": True}, "chunk_size"),
-        ({"feature_map": "softmax"}, "feature_map"),
+        ({"feature_map": "cosformer"}, "feature_map"),
         ({"eps": -1.0, "normalize": True}, "eps"),
         ({"initial_state": torch.zeros(1, 1, 4, 3), "normalize": True}, "initial_state"),
         ({"initial_state": torch.zeros(2, 1, 4, 3)}, "initial_state"),

@@ -485,7 +485,7 @@ def test_oracle_auto_rule_switches_to_float64_for_large_problems() -> None:
     [
         ({"method": "quad"}, "method='quad'"),
         ({"method": None}, "method=None"),
-        ({"feature_map": "softmax"}, "feature_map='softmax'"),
+        ({"feature_map": "cosformer"}, "feature_map='cosformer'"),
         ({"eps": -1.0, "normalize": True}, "eps"),
         ({"scale": "big"}, "scale"),
     ],

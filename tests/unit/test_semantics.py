@@ -47,7 +47,7 @@ BAD = [
     ({"normalize": 1}, "normalize to be a bool"),
     ({"normalize": True, "eps": -1.0}, "eps must be >= 0"),
     ({"eps": 1e-6}, "eps only applies"),
-    ({"feature_map": "softmax"}, "feature_map"),
+    ({"feature_map": "cosformer"}, "feature_map"),
     ({"output_final_state": "yes"}, "output_final_state"),
     ({"initial_state": torch.randn(B, H, K, V + 1)}, "initial_state of shape"),
     ({"initial_state": (torch.randn(B, H, K, V), torch.randn(B, H, K))}, "pair"),

@@ -1,10 +1,10 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
 """Declared conventions hide no defect: broken kernels in other conventions, declared truthfully.
 
-A declaration (``--layout heads-first``, ``--state-layout vk``, ``--normalizer in-dot``, a kernel
-returning o alone) must not become a place where defects hide: each kernel of
-`convention_bugs.py` has one defect and is checked through the command line with its truthful
-declaration; ``check`` must fail it. The correct twins of these conventions are corpus entries
+A declaration (``--layout heads-first``, ``--state-layout vk``, ``--normalizer in-dot``,
+``--query-feature-map softmax --feature-map exp``, a kernel returning o alone) must not become a
+place where defects hide: each kernel of `convention_bugs.py` has one defect and is checked
+through the command line with its truthful declaration; ``check`` must fail it. The correct twins of these conventions are corpus entries
 (tests/corpus), which must hold.
 """
 
@@ -28,6 +28,10 @@ CASES = {
     "delta_initial_state_unread_transposed": [
         "--family", "delta", "--gates", "none", "--layout", "heads-first", "--state-layout", "vk",
         "--form", "recurrent", "--dtypes", "fp32",
+    ],
+    "efficient_softmax_over_tokens": [
+        "--layout", "heads-first", "--query-feature-map", "softmax", "--feature-map", "exp",
+        "--normalized", "--eps", "1e-06", "--scale", "one", "--dtypes", "fp32",
     ],
     "eps_in_dot_stale_key_sum": [
         "--layout", "heads-first", "--normalized", "--normalizer", "in-dot", "--eps", "1e-06",

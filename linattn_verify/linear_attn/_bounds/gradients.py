@@ -17,6 +17,7 @@ from linattn_verify.linear_attn._bounds.overflow import backward_overflow
 from linattn_verify.linear_attn._bounds.pairwise import PairMatrix
 from linattn_verify.linear_attn._bounds.terms import SequenceTerms
 from linattn_verify.linear_attn._bounds.units import Units
+from linattn_verify.typing import LIFTED_MAPS
 
 
 @dataclass(frozen=True)
@@ -339,14 +340,15 @@ def feature_chain(
     """
     u = seq.units
     query = name == "q"
-    if seq.problem.lifted:
+    feature_map = seq.problem.map_of(query=query)
+    if feature_map in LIFTED_MAPS:
         x, feat, err = (
             (seq.q_in, seq.q_feat, seq.q_err) if query else (seq.k_in, seq.k_feat, seq.k_err)
         )
         return lifted.chain(
             seq.problem, x, M_f, B_f, u.arith, query=query, features=feat, feature_err=err
         )
-    if seq.problem.feature_map == "identity":
+    if feature_map == "identity":
         # φ' = 1 and its error 0 exactly: M_f itself, and B_f + u M_f formed in place (B_f is
         # the caller's to give up). An inf in M_f leaves inf here where the general formula's
         # inf·0 leaves NaN: either is an unverifiable element.

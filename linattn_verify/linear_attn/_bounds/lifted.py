@@ -17,6 +17,12 @@ for the scale itself, rounded to fp32: δ_x = 2u on every query element, 0 on ke
   that cancels exactly in o, so only the subtraction (u|y_f - c|) adds; ε_exp is charged for the
   larger of |y_f| and |y_f - c|, which covers a kernel that does not stabilise as well.
 
+* softmax: e_i = exp(x_i - m) over the row's maximum m (exact), then e_i / Σ_j e_j. The
+  subtraction rounds (u|x_i - m|, which exp turns into a relative error), exp adds
+  ε_exp(x_i - m), the sum γ_{K-1} and the largest relative error of its terms, the division u.
+  A kernel that does not subtract the maximum exponentiates x_i itself: both are covered by
+  charging a_i = max(|x_i|, |x_i - m|) for the argument.
+
 Every feature can also underflow (an absolute error of one smallest normal).
 
 The score maps' parallel form may skip the features and evaluate κ(x̂), x̂ = fl(s q·k), directly.
@@ -35,6 +41,7 @@ from __future__ import annotations
 import torch
 
 from linattn_verify.core.rounding import gamma
+from linattn_verify.linear_attn._bounds.units import exp_error
 from linattn_verify.linear_attn.feature_maps import favor_exponent, lift_vjp
 from linattn_verify.linear_attn.semantics import Problem
 
@@ -68,10 +75,16 @@ def feature_error(
     """
     d = prescale_error(p, u, query=query)
     K = x.shape[-1]
-    if p.feature_map in ("taylor2", "rebased"):
-        quad_rel = 2 * d + (3 * u if p.feature_map == "taylor2" else u)
+    feature_map = p.map_of(query=query)
+    if feature_map == "softmax":
+        a = torch.maximum(x.abs(), (x - x.amax(-1, keepdim=True)).abs())
+        per = exp_error(a, u) + u * a  # [..., K]
+        rel = per + per.amax(-1, keepdim=True) + gamma(max(K - 1, 0), u) + u
+        return rel * features.abs() + underflow
+    if feature_map in ("taylor2", "rebased"):
+        quad_rel = 2 * d + (3 * u if feature_map == "taylor2" else u)
         rel = torch.full_like(features, quad_rel)
-        if p.feature_map == "taylor2":
+        if feature_map == "taylor2":
             rel[..., 0] = 0.0
             rel[..., 1 : 1 + K] = d
         return rel * features.abs() + underflow
@@ -111,25 +124,34 @@ def chain(
     xin = map_input(p, x, query=query)
     pre = abs(p.query_prescale) if query else 1.0
     W = p.feature_weights
+    feature_map = p.map_of(query=query)
 
     def vjp(c: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
-        out = lift_vjp(xin, c, p.feature_map, W, absolute=True, features=feats)
+        out = lift_vjp(xin, c, feature_map, W, absolute=True, features=feats)
         if query and p.stabilised_queries:
             # Σ_f φ_f dφ_f = 0 exactly there, so a kernel may drop the -x_i Σ_f φ_f dφ_f term
             # of J^T dφ and form Σ_f φ_f dφ_f W_fi alone: charge |W_fi| as well as |W_fi - x_i|.
             out = out + lift_vjp(
-                torch.zeros_like(xin), c, p.feature_map, W, absolute=True, features=feats
+                torch.zeros_like(xin), c, feature_map, W, absolute=True, features=feats
             )
         return pre * out
 
     JM = vjp(M_f, features)
     JB = vjp(B_f, features)
     K = x.shape[-1]
-    terms = p.feature_dim + 1 if p.feature_map == "favor+" else 2 * K + 2
+    terms = p.feature_dim + 1 if feature_map == "favor+" else 2 * K + 2
     rel = prescale_error(p, u, query=query) + 2 * u + gamma(terms, u)
     B = JB + rel * JM
-    if p.feature_map == "favor+":
+    if feature_map == "favor+":
         B = B + vjp(M_f, feature_err)
+    elif feature_map == "softmax":
+        # The kernel's Jacobian is built on its features φ + Δφ: |ΔJ_ij| <= |Δφ_i||δ_ij - φ_j|
+        # + φ_i|Δφ_j|, so |ΔJ|^T M <= Δφ·M + |Δφ_j| (φ·M) (first order, |δ_ij - φ_j| <= 1).
+        phi = features.abs()
+        B = B + pre * (
+            (feature_err * M_f).sum(-1, keepdim=True)
+            + feature_err * (phi * M_f).sum(-1, keepdim=True)
+        )
     return JM, B
 
 

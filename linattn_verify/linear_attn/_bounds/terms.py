@@ -18,6 +18,7 @@ from linattn_verify.linear_attn._bounds.units import Units, exp_error
 from linattn_verify.linear_attn.feature_maps import feature_map_derivative
 from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.typing import LIFTED_MAPS
 
 DENSE_TOKENS = 512
 """Sequences up to this length keep their pair quantities as dense [L, L+1] tensors (as fast as
@@ -86,13 +87,19 @@ class SequenceTerms:
         dev, f64 = q.device, torch.float64
         self.q_feat = p.query_features(q)
         self.k_feat = p.key_features(k)
-        if p.lifted:
-            under = self.units.underflow
-            self.q_err = lifted.feature_error(p, q, self.q_feat, units.arith, under, query=True)
-            self.k_err = lifted.feature_error(p, k, self.k_feat, units.arith, under, query=False)
-        else:
-            self.q_err = self._feature_error(q, p.feature_map)
-            self.k_err = self._feature_error(k, p.feature_map)
+        # Each side's map its own way: queries may take a map of their own (softmax over
+        # "efficient attention"'s features, exp on its keys).
+        under = self.units.underflow
+        self.q_err = (
+            lifted.feature_error(p, q, self.q_feat, units.arith, under, query=True)
+            if p.query_map in LIFTED_MAPS
+            else self._feature_error(q, p.query_map)
+        )
+        self.k_err = (
+            lifted.feature_error(p, k, self.k_feat, units.arith, under, query=False)
+            if p.feature_map in LIFTED_MAPS
+            else self._feature_error(k, p.feature_map)
+        )
         self.S0 = (
             p.initial_state[n]
             if p.initial_state is not None
@@ -206,7 +213,7 @@ class SequenceTerms:
     # (each is [H, L, K], held as long as the forward's pieces are).
     @property
     def q_dphi(self) -> torch.Tensor:
-        return feature_map_derivative(self.q_in, self.problem.feature_map)
+        return feature_map_derivative(self.q_in, self.problem.query_map)
 
     @property
     def k_dphi(self) -> torch.Tensor:
@@ -214,7 +221,7 @@ class SequenceTerms:
 
     @property
     def q_dphi_err(self) -> torch.Tensor:
-        return self._derivative_error(self.q_in, self.problem.feature_map)
+        return self._derivative_error(self.q_in, self.problem.query_map)
 
     @property
     def k_dphi_err(self) -> torch.Tensor:
@@ -331,11 +338,15 @@ class SequenceTerms:
             pos = u * (x + 1).abs()
             neg = exp_error(x, u) * torch.exp(torch.clamp(x, max=0)) + self.units.underflow
             return torch.where(x > 0, pos, neg)
+        if feature_map == "exp":
+            return exp_error(x, u) * torch.exp(x) + self.units.underflow
         # Exact features: zeros, one element expanded (as large as x, never stored so).
         return x.new_zeros(()).expand(x.shape)
 
     def _derivative_error(self, x: torch.Tensor, feature_map: str) -> torch.Tensor:
-        """Absolute error of the kernel's φ'(x) (only elu1's exp branch rounds)."""
+        """Absolute error of the kernel's φ'(x) (only exp, elu1's exp branch included, rounds)."""
+        if feature_map == "exp":
+            return exp_error(x, self.units.arith) * torch.exp(x) + self.units.underflow
         if feature_map == "elu1":
             neg = exp_error(x, self.units.arith) * torch.exp(torch.clamp(x, max=0))
             return torch.where(x > 0, torch.zeros_like(x), neg + self.units.underflow)

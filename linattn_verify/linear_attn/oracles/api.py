@@ -55,6 +55,7 @@ def oracle(
     output_final_state: bool = False,
     cu_seqlens: torch.Tensor | None = None,
     feature_weights: torch.Tensor | None = None,
+    query_feature_map: str | None = None,
     method: str = "auto",
 ) -> tuple[torch.Tensor, State]:
     """Compute linear attention to high precision, from the inputs exactly as given.
@@ -91,6 +92,8 @@ def oracle(
         output_final_state: Also return S_T (and z_T). Default: `False`.
         cu_seqlens: Packed-sequence boundaries ``[N+1]`` (B == 1). Default: `None`.
         feature_weights: favor+'s projection W ``[m, K]``. Default: `None`.
+        query_feature_map: The queries' own map (softmax, say, with exp on keys), or `None` for
+            ``feature_map`` on both. Default: `None`.
         method: ``"auto"``, ``"float64"``, ``"double-double"`` or ``"mpmath"``.
             Default: `"auto"`.
 
@@ -115,6 +118,7 @@ def oracle(
         output_final_state=output_final_state,
         cu_seqlens=cu_seqlens,
         feature_weights=feature_weights,
+        query_feature_map=query_feature_map,
     )
     chosen = resolve_method(problem, method)
     device = problem.q.device

@@ -48,6 +48,7 @@ from linattn_verify.core.dd_arith import (
 )
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.typing import LIFTED_MAPS
 
 DDForm = Literal["auto", "parallel", "chunk"]
 
@@ -175,12 +176,13 @@ def dd_forward(
 
 def _features(x: Array, p: Problem, *, query: bool) -> tuple[Array, Array | None]:
     """φ of queries or keys ``[H, L, K]`` as the problem defines them (`Problem.query_features`)."""
-    if not p.lifted:
-        return dd_feature_map(x, p.feature_map)
+    feature_map = p.map_of(query=query)
+    if feature_map not in LIFTED_MAPS:
+        return dd_feature_map(x, feature_map)
     weights = None if p.feature_weights is None else p.feature_weights.numpy()
     return dd_lift(
         x,
-        p.feature_map,
+        feature_map,
         prescale=p.query_prescale if query else 1.0,
         weights=weights,
         stabilise=query and p.stabilised_queries,

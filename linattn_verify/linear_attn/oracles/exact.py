@@ -73,11 +73,14 @@ def _fraction(num: int, exponent: int) -> Fraction:
 
 
 def _check(problem: Problem) -> None:
-    if problem.feature_map not in ("identity", "relu"):
-        raise InvalidArgument(
-            f"Got feature_map={problem.feature_map!r}, but the exact oracle needs a rational "
-            "feature map ('identity' or 'relu'); use method='mpmath' or 'double-double'."
-        )
+    for side in ("query", "key"):
+        feature_map = problem.map_of(query=side == "query")
+        if feature_map not in ("identity", "relu"):
+            raise InvalidArgument(
+                f"Got feature_map={feature_map!r} ({side}s), but the exact oracle needs a "
+                "rational feature map ('identity' or 'relu'); use method='mpmath' or "
+                "'double-double'."
+            )
     if problem.g is not None and bool((problem.g != 0).any()):
         raise InvalidArgument(
             "Got a nonzero decay g, but the exact oracle needs g=None (exp is irrational); use "
@@ -103,8 +106,10 @@ def exact_forward(problem: Problem) -> ExactForward:
     B, T, H, K, V = p.shape
     q = p.q.numpy()
     k = p.k.numpy()
+    if p.query_map == "relu":
+        q = np.maximum(q, 0.0)
     if p.feature_map == "relu":
-        q, k = np.maximum(q, 0.0), np.maximum(k, 0.0)
+        k = np.maximum(k, 0.0)
     Qi, eq = to_dyadic(q)
     Ki, ek = to_dyadic(k)
     Vi, ev = to_dyadic(p.v.numpy())

@@ -28,6 +28,7 @@ import torch
 from linattn_verify.core.dd_arith import mpf_to_float
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.typing import LIFTED_MAPS
 
 ObjectArray = npt.NDArray[np.object_]
 MPForm = Literal["auto", "parallel", "recurrent"]
@@ -136,9 +137,14 @@ def mpmath_forward(problem: Problem, *, dps: int = 50, form: MPForm = "auto") ->
 
 def _features(x: npt.NDArray[np.float64], p: Problem, *, query: bool) -> list[Any]:
     """φ of one query or key row as the problem defines it (`Problem.query_features`)."""
-    if not p.lifted:
-        return _feature_row(x, p.feature_map)
+    feature_map = p.map_of(query=query)
+    if feature_map not in LIFTED_MAPS:
+        return _feature_row(x, feature_map)
     mpf = mpmath.mpf
+    if feature_map == "softmax":
+        exps = [mpmath.exp(mpf(e)) for e in x]
+        total = mpmath.fsum(exps)
+        return [e / total for e in exps]
     if p.feature_map in ("taylor2", "rebased"):
         xs = [mpf(e) * (mpf(p.query_prescale) if query else 1) for e in x]
         quad = [a * b for a in xs for b in xs]
@@ -163,6 +169,8 @@ def _feature_row(x: npt.NDArray[np.float64], feature_map: str) -> list[Any]:
         return [mpf(e) for e in x]
     if feature_map == "relu":
         return [mpf(e) if e > 0 else mpf(0) for e in x]
+    if feature_map == "exp":
+        return [mpmath.exp(mpf(e)) for e in x]
     return [mpf(e) + 1 if e > 0 else mpmath.exp(mpf(e)) for e in x]
 
 

@@ -49,7 +49,7 @@ from linattn_verify.linear_attn.strategies._tensors import (
     value_families,
 )
 from linattn_verify.linear_attn.strategies._tensors import layouts as layout_names
-from linattn_verify.typing import GATES, LIFTED_MAPS, FeatureMap, Gate
+from linattn_verify.typing import GATES, KEEPS_K, LIFTED_MAPS, FeatureMap, Gate
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ class ProblemSpec:
     gate: Gate = "scalar"
     projection: str | None = None
     features: int = 0
+    query_feature_map: FeatureMap | None = None
 
     family = "linear_attn"
 
@@ -117,6 +118,11 @@ class ProblemSpec:
         if self.gate == "vector" and self.decay == "none":
             raise InvalidArgument(
                 "Got gate='vector' with decay='none'; a problem without decay has gate='scalar'."
+            )
+        if self.query_feature_map is not None and self.query_feature_map not in KEEPS_K:
+            raise InvalidArgument(
+                f"Got query_feature_map={self.query_feature_map!r}; it must be None or one of "
+                f"{KEEPS_K}."
             )
         if not isinstance(self.omit, tuple) or self.omit != tuple(
             n for n in OMITTABLE if n in self.omit
@@ -170,6 +176,7 @@ class ProblemSpec:
             output_final_state=self.output_final_state,
             cu_seqlens=cu,
             feature_weights=W,
+            query_feature_map=self.query_feature_map,
         )
         return replace(problem, omit=frozenset(self.omit))
 
@@ -220,6 +227,7 @@ def problem_specs(
     max_feature_dim: int = 16,
     fixed_scales: Sequence[str] = (),
     heads_within_seq_len: bool = False,
+    query_feature_map: FeatureMap | None = None,
 ) -> st.SearchStrategy[ProblemSpec]:
     """Generate `ProblemSpec`: any shape, dtype, option, layout and value family within limits.
 
@@ -276,6 +284,9 @@ def problem_specs(
         fixed_scales: Draw only these scales (`linattn_verify.core.sizes.FIXED_SCALES`: ``default``
             is `None` or K^-1/2, ``one`` is 1), or `()` for any (`scales`). Default: `()`.
         heads_within_seq_len: Draw H <= T (a kernel that refuses T < H). Default: `False`.
+        query_feature_map: The queries' own map (one of `KEEPS_K`), or `None`: each case's
+            ``feature_map`` on both sides. With one, only maps of `KEEPS_K` are drawn for the
+            keys. Default: `None`.
 
     Raises:
         InvalidArgument: naming the first malformed argument.
@@ -324,6 +335,17 @@ def problem_specs(
         )
     if not isinstance(heads_within_seq_len, bool):
         raise InvalidArgument(f"Expected a bool but got {heads_within_seq_len=}.")
+    if query_feature_map is not None:
+        if query_feature_map not in KEEPS_K:
+            raise InvalidArgument(
+                f"Got query_feature_map={query_feature_map!r}; it must be one of {KEEPS_K}."
+            )
+        feature_maps = tuple(m for m in feature_maps if m in KEEPS_K)
+        if not feature_maps:
+            raise InvalidArgument(
+                f"Got query_feature_map={query_feature_map!r}: the keys' maps must keep K "
+                f"features too ({KEEPS_K})."
+            )
     return _problem_specs(
         T=seq_lens(min_value=min_seq_len, max_value=max_seq_len, chunk_sizes=chunk_sizes),
         head_dim=head_dims(min_value=min_head_dim, max_value=max_head_dim),
@@ -345,7 +367,12 @@ def problem_specs(
         max_feature_dim=max_feature_dim,
         fixed_scales=fixed_scales,
         heads_within_seq_len=heads_within_seq_len,
+        query_feature_map=query_feature_map,
     )
+
+
+EXP_OVERFLOWING = ("large", "heavy_tailed", "near_max")
+"""Value families the ``exp`` map is not drawn with (its features would overflow)."""
 
 
 @st.composite
@@ -372,16 +399,22 @@ def _problem_specs(
     max_feature_dim: int,
     fixed_scales: tuple[str, ...],
     heads_within_seq_len: bool,
+    query_feature_map: FeatureMap | None,
 ) -> ProblemSpec:
     """Draw one spec from validated arguments (see `problem_specs`)."""
     seq_len = draw(T, label="T")
     fmap = draw(st.sampled_from(feature_maps), label="feature_map")
     dtype = draw(float_dtypes(names=dtypes), label="dtype")
-    lifted = fmap in LIFTED_MAPS
+    qmap = None if query_feature_map in (None, fmap) else query_feature_map
+    lifted = fmap in LIFTED_MAPS or qmap in LIFTED_MAPS
     families = [f for f in values if f != "underflowing_features" or fmap == "elu1"]
     families = [f for f in families if f != "large" or dtype != "float16"]
     families = [f for f in families if f not in FAMILY_MAPS or fmap in FAMILY_MAPS[f]]
     families = [f for f in families if not lifted or f != "near_max"] or ["normal"]
+    if "exp" in (fmap, qmap):
+        # e^x leaves fp16 past x = 11 and fp32 past 88: on large, heavy-tailed or near-max
+        # values the features overflow, a range failure of the function, not a rounding one.
+        families = [f for f in families if f not in EXP_OVERFLOWING] or ["normal"]
     use_varlen = varlen and draw(st.booleans(), label="varlen")
     is_normalized = draw(st.sampled_from(normalize), label="normalize")
     K, V = draw(head_dim, label="K"), draw(head_dim, label="V")
@@ -416,6 +449,7 @@ def _problem_specs(
         gate=gate,
         layout=draw(layout_names(names=layouts), label="layout"),
         **_projection(draw, fmap, max_feature_dim),
+        query_feature_map=qmap,
     )
     # The calling style, drawn last so that it cannot shift the draws of the case itself.
     defaults = _at_default(spec)
@@ -532,6 +566,7 @@ def kernel_specs(
         max_feature_dim=min(16, cap.max_feature_dim or 16),
         fixed_scales=cap.scales,
         heads_within_seq_len=cap.seq_len_at_least_heads,
+        query_feature_map=cap.query_feature_map,
     )
 
 
