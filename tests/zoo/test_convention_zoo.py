@@ -4,8 +4,8 @@
 A declaration (``--layout heads-first``, ``--state-layout vk``, ``--normalizer in-dot``,
 ``--query-feature-map softmax --feature-map exp``, a kernel returning o alone) must not become a
 place where defects hide: each kernel of `convention_bugs.py` has one defect and is checked
-through the command line with its truthful declaration; ``check`` must fail it. The correct twins of these conventions are corpus entries
-(tests/corpus), which must hold.
+through the command line with its truthful declaration; ``check`` must fail it. The correct
+twins of these conventions are corpus entries (tests/corpus), which must hold.
 """
 
 from __future__ import annotations
