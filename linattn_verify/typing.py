@@ -68,9 +68,10 @@ Division = Literal["full", "rn", "reciprocal"]
 ``reciprocal``: 1/Z rounded, then a multiply (performer-pytorch's ``D_inv``), in the recipe's
 ``division_dtype``."""
 
-Normalizer = Literal["offset", "in-dot"]
-"""Where a normalized kernel adds eps: ``offset``, s φ(q)·z + eps (ours, FLA's), or ``in-dot``,
-s φ(q)·(z + eps): eps added to every entry of the key sum (performer-pytorch's)."""
+Normalizer = Literal["offset", "in-dot", "clamp"]
+"""Where a normalized kernel puts eps: ``offset``, s φ(q)·z + eps (ours, FLA's); ``in-dot``,
+s φ(q)·(z + eps): eps added to every entry of the key sum (performer-pytorch's); ``clamp``,
+max(s φ(q)·z, eps) (linear-attention-transformer's)."""
 
 LowDtype = Literal["float32", "float16", "bfloat16"]
 """Storage dtypes a kernel may take inputs in, or round intermediates to."""

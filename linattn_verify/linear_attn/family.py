@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
-from linattn_verify.core.arguments import csv_of, dtype_name, nonnegative_float
+from linattn_verify.core.arguments import csv_of, dtype_name, nonnegative_float, positive
 from linattn_verify.core.family import Family
 from linattn_verify.typing import KEEPS_K, KERNEL_DTYPES, Division, FeatureMap, Normalizer
 
@@ -151,9 +151,17 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
             "--normalizer",
             choices=get_args(Normalizer),
             default="offset",
-            help="where eps is added: 'offset' s q·z + eps, or 'in-dot' s q·(z + eps), eps added "
-            "to every entry of the key sum (performer-pytorch; judged without decay). "
-            "Default: %(default)r",
+            help="where eps goes: 'offset' s q·z + eps; 'in-dot' s q·(z + eps), eps added to every "
+            "entry of the key sum (performer-pytorch; judged without decay); 'clamp' max(s q·z, "
+            "eps) (linear-attention-transformer). Default: %(default)r",
+        )
+        sem.add_argument(
+            "--seq-len-multiple",
+            type=positive,
+            default=1,
+            metavar="N",
+            help="T must be a multiple of N (linear-attention-transformer's bucket_size): no "
+            "other T is drawn. Default: 1",
         )
         sem.add_argument(
             "--zero-denominator",
@@ -223,6 +231,13 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
                     "--normalizer in-dot with --final-state-dtype input is not judged: the "
                     "returned key sum's rounding is charged in float32 only."
                 )
+        if args.normalizer == "clamp" and not (args.normalized and args.eps > 0):
+            from linattn_verify.errors import InvalidArgument
+
+            raise InvalidArgument(
+                "--normalizer clamp describes max(s q·z, eps) with eps > 0: add --normalized "
+                "and --eps."
+            )
         dot = args.dot_precision or ("tf32" if on_cuda else "ieee")
         # argparse restricted these strings to the recipe's choices; PrecisionRecipe rechecks.
         recipe = PrecisionRecipe.from_dict(
@@ -253,6 +268,7 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
             eps=args.eps if args.normalized else 0.0,
             feature_maps=(args.feature_map,),
             query_feature_map=args.query_feature_map,
+            seq_len_multiple=args.seq_len_multiple,
             decay=args.decay != "none",
             gates=("vector",) if args.decay == "vector" else ("scalar",),
             decay_required=args.decay_required,

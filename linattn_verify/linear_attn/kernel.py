@@ -122,6 +122,9 @@ class Capabilities:
             (``feature_maps``): "efficient attention" takes softmax over each query's features
             and exp of each key. Both must keep K features
             (`linattn_verify.linear_attn.semantics.KEEPS_K`). Default: `None` (one map).
+        seq_len_multiple: T must be a multiple of it (linear-attention-transformer's causal
+            attention asserts T % bucket_size == 0): no other T is drawn. Not with ``varlen``.
+            Default: `1`.
     """
 
     normalize: tuple[bool, ...] = (False,)
@@ -152,9 +155,16 @@ class Capabilities:
     state_layout: StateOrder = "kv"
     seq_len_at_least_heads: bool = False
     query_feature_map: FeatureMap | None = None
+    seq_len_multiple: int = 1
 
     def __post_init__(self) -> None:
         check_layouts(self.layout, self.state_layout)
+        m = self.seq_len_multiple
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1 or (m > 1 and self.varlen):
+            raise InvalidArgument(
+                f"Got seq_len_multiple={m!r} with varlen={self.varlen}: it must be an int >= 1, "
+                "and 1 for a varlen kernel (packed sequences of any length)."
+            )
         if self.query_feature_map is not None and (
             self.configurable
             or self.query_feature_map not in KEEPS_K
@@ -288,6 +298,10 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
                 f"head dims K={K}, V={V} outside [{cap.min_head_dim}, {cap.max_head_dim}]",
             ),
             (not cap.seq_len_at_least_heads or T >= H, f"T={T} < H={H} (seq_len_at_least_heads)"),
+            (
+                T % cap.seq_len_multiple == 0,
+                f"T={T} is not a multiple of {cap.seq_len_multiple} (seq_len_multiple)",
+            ),
             (
                 dtype not in cap.even_head_dims or (K % 2 == 0 and V % 2 == 0),
                 f"odd head dims K={K}, V={V} in {dtype}",

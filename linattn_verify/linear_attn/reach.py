@@ -65,9 +65,10 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
     if varlen:
         # The size's sequence last, behind two short ones, so it starts at an unaligned offset.
         segments = (max(1, size.T // 16), 1, size.T)
+    multiple = cap.seq_len_multiple  # 1 for a varlen kernel
     spec = ProblemSpec(
         B=1,
-        T=size.T if segments is None else sum(segments),
+        T=multiple * -(-size.T // multiple) if segments is None else sum(segments),
         H=size.H,
         K=K,
         V=size.V,

@@ -78,8 +78,9 @@ class PrecisionRecipe:
         naive_elu1: φ = elu1 evaluated as (exp(x)-1)+1, an absolute error of 2u. Default: `False`.
         eps_dtype: The dtype eps is added in (a name of `UNIT_ROUNDOFF`, or ``"input"``: the
             input dtype); the oracle uses eps rounded to it. Default: `"float32"`.
-        normalizer: Where eps is added (`linattn_verify.typing.Normalizer`): ``"offset"``,
-            s φ(q)·z + eps, or ``"in-dot"``, s φ(q)·(z + eps). What the kernel computes rather
+        normalizer: Where eps goes (`linattn_verify.typing.Normalizer`): ``"offset"``,
+            s φ(q)·z + eps, ``"in-dot"``, s φ(q)·(z + eps), or ``"clamp"``, max(s φ(q)·z, eps).
+            What the kernel computes rather
             than how it rounds, kept here beside ``eps_dtype`` because both decide the eps the
             oracle sees (`linattn_verify.linear_attn.tolerance.as_kernel_sees`). ``"in-dot"``
             is judged without decay only. Default: `"offset"`.

@@ -144,22 +144,28 @@ def recipe_ladders(
             for low in ("float16", "bfloat16")
             if low not in (d.eps_dtype, dtype_name(dtype) if d.eps_dtype == "input" else None)
         ]
-    if spec.normalize and spec.eps > 0 and spec.decay == "none":
-        # Where eps goes changes the function, not its rounding: an alternative of no size,
-        # tried first, so a kernel with eps inside the dot is told so, not about its rounding.
-        other = "in-dot" if d.normalizer == "offset" else "offset"
-        where = {"in-dot": "eps inside the dot, s q·(z + eps)", "offset": "s q·z + eps"}
-        axes.append(
+    if spec.normalize and spec.eps > 0:
+        # Where eps goes changes the function, not its rounding: alternatives of no size,
+        # tried first, so a kernel with eps inside the dot or a clamp is told so, not about its
+        # rounding. eps inside the dot is judged without decay only.
+        where = {
+            "offset": "s q·z + eps",
+            "in-dot": "eps inside the dot, s q·(z + eps)",
+            "clamp": "a clamped denominator, max(s q·z, eps)",
+        }
+        axes += [
             [
                 set_field(
                     "normalizer",
                     other,
                     0.0,
-                    where[other],
+                    text,
                     d.normalizer,
                     how=f"`--normalizer {other}`",
                     alternative=True,
                 )
             ]
-        )
+            for other, text in where.items()
+            if other != d.normalizer and (other != "in-dot" or spec.decay == "none")
+        ]
     return by_axis(axes)

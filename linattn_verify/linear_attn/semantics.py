@@ -8,6 +8,7 @@ natural-log decay g_t <= 0 (a_t = exp(g_t); no decay means a_t = 1):
     z_t = a_t z_{t-1} + φ(k_t)                z_t in R^K,       z_0 = initial key sum or 0
     unnormalized:  o_t = s φ(q_t)^T S_t
     normalized:    o_t = s φ(q_t)^T S_t / (s φ(q_t)^T z_t + eps)
+                   (``clamp``: / max(s φ(q_t)^T z_t, eps), linear-attention-transformer's)
 
 Equivalently (the parallel form) o_t = s Σ_{j<=t} exp(G_t - G_j) (φ(q_t)·φ(k_j)) v_j
 + s exp(G_t) φ(q_t)^T S_0, with G_t = Σ_{s<=t} g_s.
@@ -114,6 +115,9 @@ class Problem(PackedTokens):
         feature_weights: The projection W ``[m, K]`` of ``favor+`` (`None` for every other map).
         query_feature_map: The queries' own map where it differs from ``feature_map`` (then
             the keys'), or `None`: one map for both. Default: `None`.
+        clamp: The denominator is max(s φ(q_t)^T z_t, eps) rather than s φ(q_t)^T z_t + eps
+            (set from the recipe's ``normalizer`` by
+            `linattn_verify.linear_attn.tolerance.as_kernel_sees`). Default: `False`.
         omit: Arguments (`OMITTABLE`) a kernel call leaves out where their value is the
             default (`at_default`), to exercise the kernel's own defaults. How the kernel is
             called, not what it computes: the oracles ignore it. Default: none (every argument
@@ -135,8 +139,13 @@ class Problem(PackedTokens):
     omit: frozenset[str] = frozenset()
     feature_weights: torch.Tensor | None = None
     query_feature_map: FeatureMap | None = None
+    clamp: bool = False
 
     family = "linear_attn"
+
+    def denominator(self, Z: torch.Tensor) -> torch.Tensor:
+        """The normalizer from Z = s φ(q_t)^T z_t: Z + eps, or max(Z, eps) (``clamp``)."""
+        return torch.clamp(Z, min=self.eps) if self.clamp else Z + self.eps
 
     @property
     def query_map(self) -> FeatureMap:

@@ -157,11 +157,14 @@ def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
     (z_0 + eps) + Σ φ(k)), so every oracle and bound judges that problem unchanged; its final
     key sum is z_T + eps (`forward_bounds` takes eps back off the reference). A decayed key sum
     would decay that eps too, so the form is refused with decay. The shifted z_0 is float64
-    (the judged problem is float64 throughout), exact for z_0 = 0.
+    (the judged problem is float64 throughout), exact for z_0 = 0. A clamped denominator,
+    max(s φ(q)·z, eps), is the problem's own ``clamp``, which every oracle and bound reads.
     """
     eps = recipe.effective_eps(problem.eps, problem.q.dtype)
     if recipe.normalizer == "offset" or not problem.normalize:
         return replace(problem, eps=eps)
+    if recipe.normalizer == "clamp":
+        return replace(problem, eps=eps, clamp=True)
     if problem.g is not None:
         raise InvalidArgument(
             "eps inside the dot (normalizer='in-dot') is judged without decay only: a decayed "
@@ -186,7 +189,7 @@ def key_sum_offset(problem: Problem, recipe: PrecisionRecipe) -> float:
 
     eps where the recipe puts it inside the dot, else 0.
     """
-    if recipe.normalizer == "offset" or not problem.normalize:
+    if recipe.normalizer != "in-dot" or not problem.normalize:
         return 0.0
     return recipe.effective_eps(problem.eps, problem.q.dtype)
 

@@ -60,3 +60,35 @@ def test_performer_fp16_overflow_fails_a_kernel_declared_to_accumulate_in_fp32()
     fp32_sums = replace(entry, flags=tuple(flags))
     result = gradients_match_oracle(LONG_POSITIVE_FP16, fp32_sums.kernel())
     assert result.status == "failed", result.report()
+
+
+LAT_TARGET = "linear_attention_transformer.linear_attention_transformer:causal_linear_attn"
+LAT_FLAGS = [
+    "--layout", "heads-first", "--query-feature-map", "softmax", "--feature-map", "exp",
+    "--normalized", "--normalizer", "clamp", "--eps", "1e-3", "--scale", "fixed",
+    "--seq-len-multiple", "64", "--deterministic", "--dtypes", "fp32",
+]  # fmt: skip
+"""What linear-attention-transformer 0.19.1's ``causal_linear_attn(q, k, v, kv_mask=None,
+bucket_size=None, eps=1e-3)`` declares itself to compute, read off its source: heads-first, a
+softmax over each query's features then K^-1/2, exp of each key, max(q·z, eps), T a multiple
+of its default bucket of 64, o alone."""
+
+
+def test_linear_attention_transformer_defects_are_named_one_finding_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Declared truthfully, its causal attention has two defects of its own:
+    # * each bucket of 64 tokens reads only the earlier buckets' keys (its context is shifted by
+    #   a whole bucket), so on one bucket o is 0 everywhere;
+    # * it reshapes v with the query's head dim, so V != K raises.
+    pytest.importorskip("linear_attention_transformer")
+    from linattn_verify.cli import EXIT_FAILED, main
+
+    report = tmp_path / "report"
+    flags = [*LAT_FLAGS, "--budget", "20", "--max-head-dim", "8", "--report", str(report)]
+    code = main(["check", LAT_TARGET, *flags, "--no-render"])
+    out = capsys.readouterr().out
+    assert code == EXIT_FAILED
+    assert "(2 findings)" in out
+    assert "o is 0 at every element" in out
+    assert "raised RuntimeError: shape" in out

@@ -22,7 +22,7 @@ from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.kernel import Capabilities, Kernel
 from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.semantics import validate_problem
-from linattn_verify.linear_attn.strategies import kernel_specs
+from linattn_verify.linear_attn.strategies import ProblemSpec, kernel_specs, problem_specs
 from linattn_verify.linear_attn.tolerance import as_kernel_sees, forward_bounds
 
 
@@ -152,6 +152,8 @@ def test_the_t_below_h_refusal_is_a_reason_not_a_crash() -> None:
         (["--normalizer", "in-dot"], "--normalized"),
         (["--layout", "bhtd"], "--layout"),
         (["--eps-dtype", "int8"], "--eps-dtype"),
+        (["--normalizer", "clamp", "--normalized"], "eps > 0"),
+        (["--seq-len-multiple", "0"], "--seq-len-multiple"),
     ],
 )
 def test_declarations_that_cannot_hold_exit_2_before_any_search(
@@ -168,3 +170,90 @@ def test_declarations_that_cannot_hold_exit_2_before_any_search(
         code = parse_error.code  # type: ignore[assignment]
     assert code == EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+def test_a_clamped_denominator_is_what_every_oracle_computes() -> None:
+    from linattn_verify.linear_attn.oracles.double_double import double_double_oracle
+    from linattn_verify.linear_attn.oracles.exact import exact_oracle
+    from linattn_verify.linear_attn.oracles.mpmath_oracle import mpmath_oracle
+    from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 6, 2, 3, generator=gen, dtype=torch.float64) for _ in range(3))
+    eps = 0.5  # s q·z crosses it both ways on these inputs
+    problem = replace(validate_problem(q, k, v, normalize=True, eps=eps), clamp=True)
+    Z = 3**-0.5 * torch.einsum("bthk,bthk->bth", q, torch.cumsum(k, 1))
+    want = 3**-0.5 * torch.einsum(
+        "bthk,bthkv->bthv", q, torch.cumsum(k[..., None] * v[..., None, :], 1)
+    )
+    want = want / torch.clamp(Z, min=eps)[..., None]
+    assert bool((eps > Z).any())
+    assert bool((eps < Z).any())
+    for name, o in (
+        ("float64", parallel_reference(problem)[0]),
+        ("double-double", double_double_oracle(problem)[0]),
+        ("mpmath", mpmath_oracle(problem)[0]),
+    ):
+        assert torch.allclose(o, want, rtol=1e-12, atol=1e-15), name
+    dyadic = problem.to(torch.float32).to(torch.float64)  # exact oracle: dyadic inputs
+    exact_o = exact_oracle(dyadic)[0]
+    assert torch.allclose(exact_o, parallel_reference(dyadic)[0], rtol=1e-12, atol=1e-15)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(
+    spec=problem_specs(normalize=(True,), eps_values=(1e-3, 0.3), max_seq_len=20, max_head_dim=5)
+)
+def test_float32_clamped_forms_are_within_the_clamped_bound(spec: ProblemSpec) -> None:
+    # The float64 reference forms evaluated in fp32 with max(Z, eps): a correct clamped kernel.
+    from linattn_verify.compare import check_against_oracle
+    from linattn_verify.linear_attn.oracles.parallel import parallel_reference
+    from linattn_verify.linear_attn.strategies import random_cotangents
+    from linattn_verify.linear_attn.tolerance import cotangent_loss
+
+    problem = spec.build()
+    recipe = PrecisionRecipe(
+        form="parallel", dots_on_path=0, decay_scan="global", normalizer="clamp"
+    )
+    p32, leaves = replace(
+        problem.to(torch.float32), clamp=True, output_final_state=True
+    ).with_grad_leaves()
+    o, state = parallel_reference(p32)
+    do, d_final = random_cotangents(problem, spec.seed + 1)
+    grads = dict(
+        zip(
+            leaves,
+            torch.autograd.grad(cotangent_loss(o, state, do, d_final), list(leaves.values())),
+            strict=True,
+        )
+    )
+    grads = {n: gr.to(problem.q.dtype) if n in "qkv" else gr for n, gr in grads.items()}
+    final = _detached(state) if problem.output_final_state else None
+    verdict = check_against_oracle(
+        problem, o.detach().to(problem.q.dtype), final, recipe=recipe, grads=grads, do=do,
+        d_final_state=d_final, name="torch/parallel-clamped",
+    )  # fmt: skip
+    assert verdict.ok, verdict.report()
+
+
+def _detached(state):  # type: ignore[no-untyped-def]
+    return tuple(x.detach() for x in state) if isinstance(state, tuple) else state.detach()
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(data=st.data())
+def test_a_kernel_taking_multiples_of_a_bucket_is_drawn_only_those(data: st.DataObject) -> None:
+    kernel = Kernel("buckets", _passthrough, Capabilities(seq_len_multiple=8), PrecisionRecipe())
+    spec = data.draw(kernel_specs(kernel, max_seq_len=20))
+    assert spec.T % 8 == 0
+    assert spec.segments is None
+
+
+def test_a_bucket_multiple_is_refused_for_packed_sequences_and_named_for_other_t() -> None:
+    with pytest.raises(InvalidArgument, match="seq_len_multiple"):
+        Capabilities(seq_len_multiple=4, varlen=True)
+    kernel = Kernel("k", _passthrough, Capabilities(seq_len_multiple=4), PrecisionRecipe())
+    q = torch.rand(1, 6, 1, 2)
+    reason = kernel.supports(validate_problem(q, q, q))
+    assert reason is not None
+    assert "not a multiple of 4" in reason

@@ -28,6 +28,9 @@ class ForwardPieces:
     overflow: torch.Tensor
     end_overflow: torch.Tensor
     numerator_magnitude: torch.Tensor  # [H, L, V]: M^N, the output's magnitude unnormalized
+    # Rows [H, L] where a clamped denominator max(Z, eps) may take the other branch in the
+    # kernel (|Z - eps| within Z's bound): its gradient jumps there (none where unclamped).
+    kink: torch.Tensor | None = None
 
     @property
     def B_o(self) -> torch.Tensor:
@@ -138,10 +141,16 @@ def forward_sequence(
         assert main.Z is not None
         assert main.M_Z is not None
         assert main.B_Z is not None
-        Z = (main.Z + p.eps)[..., None]  # [H, L, 1]
-        M_Z = (main.M_Z + p.eps)[..., None]
+        if p.clamp:
+            # max(Z, eps) moves by no more than Z does (1-Lipschitz): Z's bound stands.
+            Z = torch.clamp(main.Z, min=p.eps)[..., None]  # [H, L, 1]
+            M_Z = torch.clamp(main.M_Z, min=p.eps)[..., None]
+        else:
+            Z = (main.Z + p.eps)[..., None]  # [H, L, 1]
+            M_Z = (main.M_Z + p.eps)[..., None]
         B_Z = main.B_Z[..., None] + u.acc * Z.abs()
         B_Z = B_Z + underflow + cast_row + lost * terms[None, :, None] + u.division_cast_abs
+        kink = ((main.Z[..., None] - p.eps).abs() <= B_Z)[..., 0] if p.clamp else None
         B_N = B_N + u.division_cast_abs
         # A reciprocal 1/Z below its dtype's normal range errs by up to λ_r absolutely: |N| λ_r
         # on o, which is the numerator error |N| |Z| λ_r in the residual N - ô Z (§2.3).
@@ -178,6 +187,7 @@ def forward_sequence(
         )
         Z_rows = Z
     else:
+        kink = None
         o = N
         overflow, end_overflow = forward_overflow(seq, M_N, None)
         bad = overflow
@@ -213,5 +223,6 @@ def forward_sequence(
         overflow=overflow,
         end_overflow=end_overflow,
         numerator_magnitude=M_N,
+        kink=kink,
     )
     return out, pieces

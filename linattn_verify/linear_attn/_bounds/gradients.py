@@ -362,19 +362,22 @@ def feature_chain(
 def unverifiable_rows(f: ForwardPieces) -> torch.Tensor:
     """Rows ``[H, L]`` whose gradients are unverifiable.
 
-    The forward's (a denominator not certified nonzero), and for a reciprocal division the rows
+    The forward's (a denominator not certified nonzero), a clamped denominator's rows where the
+    kernel may take the other branch of max(Z, eps) (the gradient jumps by the whole of Z's
+    share there: `ForwardPieces.kink`), and for a reciprocal division the rows
     where the backward's (1/Z)^2 may leave its dtype's normal range: autograd of a reciprocal
     forms it even where the cotangent is 0, and 0·inf is NaN; below the normal range it loses
     the denominator's gradient, which cancels the numerator's to the true result (0 for a
     single-token row), so no bound tighter than the gradient's own terms holds (§2.3).
     """
     u = f.seq.units
+    bad = f.bad if f.kink is None else f.bad | f.kink
     if u.reciprocal_max == float("inf"):
-        return f.bad
+        return bad
     Z, B_Z = f.Z.abs()[..., 0], f.B_Z[..., 0]
     overflow: torch.Tensor = u.reciprocal_max**-0.5 >= Z - B_Z
     underflow: torch.Tensor = u.reciprocal_tiny**-0.5 <= Z + B_Z
-    return f.bad | overflow | underflow
+    return bad | overflow | underflow
 
 
 class AdjointErrors(NamedTuple):

@@ -9,6 +9,7 @@ is differentiable in q, k, v, g and the initial state and runs wherever torch do
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -23,6 +24,9 @@ from linattn_verify.linear_attn.oracles._sequence import (
 )
 from linattn_verify.linear_attn.semantics import Problem
 
+Normalizer = Callable[[torch.Tensor], torch.Tensor]
+"""The denominator from Z (`Problem.denominator`): Z + eps, or max(Z, eps)."""
+
 
 def chunk_reference(problem: Problem, chunk_size: int = 64) -> tuple[torch.Tensor, State]:
     """Evaluate the problem in the chunked form, in the dtype of ``problem.q``.
@@ -32,7 +36,7 @@ def chunk_reference(problem: Problem, chunk_size: int = 64) -> tuple[torch.Tenso
 
         intra:  P_ij = s (φ(q_i)·φ(k_j)) exp(Gl_i - Gl_j), masked to j <= i *before* the exp
         N_i = Σ_j P_ij v_j + s exp(Gl_i) φ(q_i)^T S
-        Z_i = Σ_j P_ij + s exp(Gl_i) φ(q_i)^T z + eps
+        Z_i = Σ_j P_ij + s exp(Gl_i) φ(q_i)^T z, then + eps (or max(Z_i, eps): ``clamp``)
         S <- exp(Gl_end) S + Σ_j exp(Gl_end - Gl_j) φ(k_j) v_j^T   (z likewise with φ(k_j))
 
     With a vector gate (g ``[B, T, H, K]``) the same per key dimension m, Gl the chunk-local
@@ -77,7 +81,7 @@ def _sequence(problem: Problem, C: int, n: int, b: int, start: int, end: int) ->
     q, k, v, g = seq.q, seq.k, seq.v, seq.g
     H, L, V = seq.H, seq.L, seq.V
     S, z = seq.S0, seq.z0
-    eps = problem.eps if problem.normalize else None
+    normalizer = problem.denominator if problem.normalize else None
     if not L:  # no chunk for an empty sequence
         return q.new_zeros(H, 0, V).transpose(0, 1), S, z
     # Under autograd (the gradient oracle) each chunk is recomputed in the backward rather than
@@ -85,9 +89,9 @@ def _sequence(problem: Problem, C: int, n: int, b: int, start: int, end: int) ->
     if torch.is_grad_enabled() and any(
         x is not None and x.requires_grad for x in (q, k, v, g, S, z)
     ):
-        o, S, z = _Recomputed.apply(s, eps, C, q, k, v, g, S, z)  # type: ignore[no-untyped-call]
+        o, S, z = _Recomputed.apply(s, normalizer, C, q, k, v, g, S, z)  # type: ignore[no-untyped-call]
     else:
-        o, S, z = _run_chunks(s, eps, C, (q, k, v, g), S, z)
+        o, S, z = _run_chunks(s, normalizer, C, (q, k, v, g), S, z)
     return o.transpose(0, 1), S, z
 
 
@@ -98,7 +102,7 @@ def _chunks(x: torch.Tensor | None, C: int, L: int) -> tuple[torch.Tensor | None
 
 def _run_chunks(
     s: float,
-    eps: float | None,
+    normalizer: Normalizer | None,
     C: int,
     inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None],
     S: torch.Tensor,
@@ -120,7 +124,7 @@ def _run_chunks(
         if states is not None:
             states[0][i].copy_(S)
             states[1][i].copy_(z)
-        out, S, z = _chunk(s, eps, qc, kc, vc, gc, S, z)
+        out, S, z = _chunk(s, normalizer, qc, kc, vc, gc, S, z)
         if o is None:
             o = out.new_empty(H, L, V)
         o[:, i * C : i * C + out.shape[1]] = out
@@ -131,7 +135,7 @@ def _run_chunks(
 
 def _chunk(
     s: float,
-    eps: float | None,
+    normalizer: Normalizer | None,
     qc: torch.Tensor,
     kc: torch.Tensor,
     vc: torch.Tensor,
@@ -139,7 +143,7 @@ def _chunk(
     S: torch.Tensor,
     z: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One chunk: its output (divided by Z + eps unless ``eps`` is `None`) and the next S, z."""
+    """One chunk: its output (divided by ``normalizer(Z)`` unless it is `None`), next S, z."""
     n = qc.shape[1]
     A = s * (qc @ kc.transpose(-1, -2))  # [H, n, n]
     mask = torch.ones(n, n, dtype=torch.bool, device=qc.device).tril()
@@ -167,7 +171,7 @@ def _chunk(
         total = torch.exp(Gl_end)  # [H, 1]
         S = total[..., None] * S + kw.transpose(-1, -2) @ vc
         z = total * z + kw.sum(dim=1)
-    return (N if eps is None else divide_rows(N, Zc + eps)), S, z
+    return (N if normalizer is None else divide_rows(N, normalizer(Zc))), S, z
 
 
 class _Recomputed(torch.autograd.Function):
@@ -187,7 +191,7 @@ class _Recomputed(torch.autograd.Function):
     def forward(
         ctx: torch.autograd.function.FunctionCtx,
         s: float,
-        eps: float | None,
+        normalizer: Normalizer | None,
         C: int,
         *inputs: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -199,8 +203,8 @@ class _Recomputed(torch.autograd.Function):
         assert z is not None
         n = -(-q.shape[1] // C)
         states = (S.new_empty(n, *S.shape), z.new_empty(n, *z.shape))
-        o, S_T, z_T = _run_chunks(s, eps, C, (q, k, v, g), S, z, states)
-        ctx.s, ctx.eps, ctx.C, ctx.states = s, eps, C, states  # type: ignore[attr-defined]
+        o, S_T, z_T = _run_chunks(s, normalizer, C, (q, k, v, g), S, z, states)
+        ctx.s, ctx.normalizer, ctx.C, ctx.states = s, normalizer, C, states  # type: ignore[attr-defined]
         ctx.save_for_backward(q, k, v, g, inputs[4], inputs[5])  # type: ignore[arg-type]
         return o, S_T, z_T
 
@@ -233,7 +237,7 @@ class _Recomputed(torch.autograd.Function):
             ] + [x.detach().requires_grad_(w) for x, w in zip(state_in, state_need, strict=True)]
             wanted = [x for x in parts if x is not None and x.requires_grad]
             with torch.enable_grad():
-                outputs = _chunk(ctx.s, ctx.eps, *parts)  # type: ignore[attr-defined, arg-type]
+                outputs = _chunk(ctx.s, ctx.normalizer, *parts)  # type: ignore[attr-defined, arg-type]
             # An output that no input of this chunk reaches has no graph to differentiate.
             pairs = [
                 (y, dy)

@@ -159,7 +159,14 @@ def dd_forward(
         S_h[n], S_l[n] = sh, sl
         nh, nl = dd_mul_d(nh, nl, p.outer_scale)  # [H, L, W]
         if p.normalize:
-            zh, zl = dd_add_d(nh[..., V], nl[..., V], p.eps)
+            if p.clamp:
+                # max(Z, eps): a dd pair compares by its high part, then its low (hi + lo, |lo|
+                # <= ulp(hi)/2); where Z < eps exactly the result is eps itself.
+                below = (nh[..., V] < p.eps) | ((nh[..., V] == p.eps) & (nl[..., V] < 0))
+                zh = np.where(below, p.eps, nh[..., V])
+                zl = np.where(below, 0.0, nl[..., V])
+            else:
+                zh, zl = dd_add_d(nh[..., V], nl[..., V], p.eps)
             zero = zh == 0
             one = np.ones_like(zh)
             qh, ql = dd_div(

@@ -149,7 +149,9 @@ def exact_forward(problem: Problem) -> ExactForward:
             for t in range(end - start):
                 row = numer[h, t]
                 if p.normalize:
-                    o[b, start + t, h] = _quotient(row[:V], row[V], e_numer, eps_int, e_eps)
+                    o[b, start + t, h] = _quotient(
+                        row[:V], row[V], e_numer, eps_int, e_eps, clamp=p.clamp
+                    )
                 else:
                     o[b, start + t, h] = [_fraction(int(x), e_numer) for x in row]
             for m in range(K):
@@ -160,13 +162,14 @@ def exact_forward(problem: Problem) -> ExactForward:
 
 
 def _quotient(
-    numer: ObjectArray, denom: int, e_numer: int, eps_int: int, e_eps: int
+    numer: ObjectArray, denom: int, e_numer: int, eps_int: int, e_eps: int, *, clamp: bool
 ) -> list[Fraction]:
-    """Return the exact o = N / (Z + eps), or 0 where the denominator is exactly 0."""
+    """Return the exact o = N / (Z + eps) (N / max(Z, eps): ``clamp``), or 0 where that is 0."""
     # Align Z (exponent e_numer) and eps (exponent e_eps) to one exponent to add them exactly.
     e = min(e_numer, e_eps)
     Z = int(denom) << (e_numer - e)
-    Z += eps_int << (e_eps - e)
+    eps = eps_int << (e_eps - e)
+    Z = max(Z, eps) if clamp else Z + eps
     if Z == 0:
         return [Fraction(0)] * len(numer)
     # N / Z with N = n·2^e_numer, Z = Z·2^e: the powers of two leave a factor 2^(e_numer - e).

@@ -125,7 +125,7 @@ def mpmath_forward(problem: Problem, *, dps: int = 50, form: MPForm = "auto") ->
                 for t in range(L):
                     row = [scale * x for x in numer[t]]
                     if p.normalize:
-                        Z = row[V] + eps
+                        Z = max(row[V], eps) if p.clamp else row[V] + eps
                         row = [mpf(0) if Z == 0 else x / Z for x in row[:V]]
                     o[b, start + t, h, :] = row[:V]
                 for m in range(K):

@@ -115,7 +115,7 @@ def _finish(
     N = P @ v
     N = N + N_state
     if problem.normalize:
-        Z = P.sum(-1) + Z_state + problem.eps
+        Z = problem.denominator(P.sum(-1) + Z_state)
         if problem.eps == 0:
             # N/Z is invariant to scaling a row by a constant; scaling by a power of two near
             # 1/|Z| is exact and keeps autograd's -N/Z^2 from under- or overflowing.

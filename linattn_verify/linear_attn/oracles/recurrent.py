@@ -84,7 +84,7 @@ def _sequence(problem: Problem, n: int, b: int, start: int, end: int) -> Sequenc
     N = torch.stack(numerators, dim=0)  # [L, H, V]
     if not problem.normalize:
         return N, S, z
-    Z = torch.stack(denominators, dim=0) + problem.eps  # [L, H]
+    Z = problem.denominator(torch.stack(denominators, dim=0))  # [L, H]
     return divide_rows(N, Z), S, z
 
 

@@ -228,6 +228,7 @@ def problem_specs(
     fixed_scales: Sequence[str] = (),
     heads_within_seq_len: bool = False,
     query_feature_map: FeatureMap | None = None,
+    seq_len_multiple: int = 1,
 ) -> st.SearchStrategy[ProblemSpec]:
     """Generate `ProblemSpec`: any shape, dtype, option, layout and value family within limits.
 
@@ -287,6 +288,8 @@ def problem_specs(
         query_feature_map: The queries' own map (one of `KEEPS_K`), or `None`: each case's
             ``feature_map`` on both sides. With one, only maps of `KEEPS_K` are drawn for the
             keys. Default: `None`.
+        seq_len_multiple: Round every drawn T up to a multiple of this (no packed sequences
+            then: their lengths would not be). Default: `1`.
 
     Raises:
         InvalidArgument: naming the first malformed argument.
@@ -335,6 +338,8 @@ def problem_specs(
         )
     if not isinstance(heads_within_seq_len, bool):
         raise InvalidArgument(f"Expected a bool but got {heads_within_seq_len=}.")
+    if check_int("seq_len_multiple", seq_len_multiple) < 1:
+        raise InvalidArgument(f"Got {seq_len_multiple=}, but it must be >= 1.")
     if query_feature_map is not None:
         if query_feature_map not in KEEPS_K:
             raise InvalidArgument(
@@ -368,6 +373,7 @@ def problem_specs(
         fixed_scales=fixed_scales,
         heads_within_seq_len=heads_within_seq_len,
         query_feature_map=query_feature_map,
+        seq_len_multiple=seq_len_multiple,
     )
 
 
@@ -400,9 +406,13 @@ def _problem_specs(
     fixed_scales: tuple[str, ...],
     heads_within_seq_len: bool,
     query_feature_map: FeatureMap | None,
+    seq_len_multiple: int,
 ) -> ProblemSpec:
     """Draw one spec from validated arguments (see `problem_specs`)."""
     seq_len = draw(T, label="T")
+    if seq_len_multiple > 1:
+        seq_len = seq_len_multiple * -(-seq_len // seq_len_multiple)
+        varlen = False
     fmap = draw(st.sampled_from(feature_maps), label="feature_map")
     dtype = draw(float_dtypes(names=dtypes), label="dtype")
     qmap = None if query_feature_map in (None, fmap) else query_feature_map
@@ -567,6 +577,7 @@ def kernel_specs(
         fixed_scales=cap.scales,
         heads_within_seq_len=cap.seq_len_at_least_heads,
         query_feature_map=cap.query_feature_map,
+        seq_len_multiple=cap.seq_len_multiple,
     )
 
 
