@@ -199,8 +199,10 @@ the calling convention, in full:
               float32 (--final-state-dtype input: the input dtype) when output_final_state=True,
               else anything (None is usual): it is not read. A kernel asked for no final state
               may return o alone.
-  normalizer  o = s q·S / (s q·z + eps) (--normalizer in-dot: s q·(z + eps)); eps added in
-              float32 (--eps-dtype).
+  normalizer  o = s φ(q)·S / (s φ(q)·z + eps) (--normalizer in-dot: s φ(q)·(z + eps);
+              clamp: max(s φ(q)·z, eps)); eps added in float32 (--eps-dtype).
+  maps        φ applied by the kernel itself (--feature-map; queries' own: --query-feature-map,
+              e.g. softmax queries with exp keys); none by default: the harness passes features.
 """
 """What ``check --help`` says about the convention besides the signature (its epilog)."""
 
