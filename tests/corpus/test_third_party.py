@@ -85,7 +85,7 @@ def test_linear_attention_transformer_defects_are_named_one_finding_each(
     from linattn_verify.cli import EXIT_FAILED, main
 
     report = tmp_path / "report"
-    flags = [*LAT_FLAGS, "--budget", "20", "--max-head-dim", "8", "--report", str(report)]
+    flags = [*LAT_FLAGS, "--budget", "8", "--max-head-dim", "8", "--report", str(report)]
     code = main(["check", LAT_TARGET, *flags, "--no-render"])
     out = capsys.readouterr().out
     assert code == EXIT_FAILED
