@@ -39,6 +39,7 @@ class Signature:
     names: frozenset[str]
     var_keyword: bool
     readable: bool
+    positional: tuple[str, ...] = ()
 
     def names_parameter(self, name: str) -> bool:
         """Whether the signature names ``name`` (always, when it cannot be read)."""
@@ -47,6 +48,20 @@ class Signature:
     def accepts(self, name: str) -> bool:
         """Whether ``name=`` can be passed: named, or absorbed by ``**kwargs``."""
         return self.names_parameter(name) or self.var_keyword
+
+    def by_position(self, names: Sequence[str]) -> int:
+        """How many of the convention's leading arguments ``names`` to pass by position.
+
+        All of them, up to the first one the signature names at another position, which goes
+        by keyword with everything after it: FLA's ``fused_recurrent_gated_delta_rule(q, k, v,
+        g, gk, gv, beta, ...)`` takes the delta convention's fifth argument, beta, as its
+        seventh. Passed by position it would land in gk. A kernel with names of its own
+        (``query``, ``key``) takes every argument by position.
+        """
+        for i, name in enumerate(names):
+            if name in self.positional and self.positional.index(name) != i:
+                return i
+        return len(names)
 
 
 @functools.lru_cache(maxsize=256)
@@ -57,7 +72,9 @@ def _signature_of(fn: Callable[..., Any]) -> Signature:
         return Signature(frozenset(), True, False)
     names = frozenset(p.name for p in parameters if p.kind not in _VARIADIC)
     var_keyword = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
-    return Signature(names, var_keyword, bool(names))
+    by_position = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = tuple(p.name for p in parameters if p.kind in by_position)
+    return Signature(names, var_keyword, bool(names), positional)
 
 
 def signature_of(fn: Callable[..., Any]) -> Signature:
@@ -84,6 +101,18 @@ def keywords_for(
     }
 
 
+def call_with(
+    fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]], kwargs: Mapping[str, Any]
+) -> Any:
+    """Call ``fn`` with the convention's ``arguments`` (name, value pairs) and ``kwargs``.
+
+    The arguments go by position where the signature has them there (`Signature.by_position`),
+    else by keyword.
+    """
+    n = signature_of(fn).by_position([name for name, _ in arguments])
+    return fn(*(value for _, value in arguments[:n]), **dict(arguments[n:]), **kwargs)
+
+
 def check_call(
     fn: Callable[..., Any], positional: Sequence[str], keywords: Collection[str], convention: str
 ) -> None:
@@ -103,6 +132,10 @@ def check_call(
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return
+    # As `call_with` passes them: past the first one named elsewhere, by keyword.
+    n = signature_of(fn).by_position(positional)
+    keywords = [*positional[n:], *keywords]
+    positional = positional[:n]
     try:
         sig.bind(*positional, **dict.fromkeys(keywords))
     except TypeError as exc:
@@ -266,6 +299,7 @@ def scales_for(scale: str | None, takes_scale: bool) -> tuple[str, ...]:
 __all__ = [
     "Fitted",
     "Signature",
+    "call_with",
     "check_call",
     "declared_capabilities",
     "fit_convention",

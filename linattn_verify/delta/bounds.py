@@ -45,7 +45,7 @@ double-double and mpmath (tests/delta): its own error, about 1e-16 relatively, i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -66,6 +66,8 @@ from linattn_verify.delta.reference import (
     sequence_groups,
 )
 from linattn_verify.delta.sweep import StateBlock, forward_blocks, keys_down
+from linattn_verify.delta.value_gate import fold, unfold_tensor
+from linattn_verify.errors import InvalidArgument
 from linattn_verify.typing import dtype_name
 
 SMALLEST_SUBNORMAL = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
@@ -153,16 +155,21 @@ def contraction(beta: torch.Tensor, k: torch.Tensor, g: torch.Tensor | None) -> 
     return rho * torch.exp(g if g.shape == beta.shape else g.amax(-1))
 
 
-def decay_error(seq: DeltaSequence, units: Units) -> torch.Tensor:
-    """ε_d per head and token ``[H, L]``: e^g within (4 + 2.4|g|) u, then one multiply."""
+def decay_error(seq: DeltaSequence, units: Units, factors: int = 1) -> torch.Tensor:
+    """ε_d per head and token ``[H, L]``: e^g within (4 + 2.4|g|) u, then one multiply.
+
+    A decay made of ``factors`` exponentials and multiplies of gates summing to g (a value gate
+    folded in: `linattn_verify.delta.value_gate`) errs by at most (5 factors + 2.4|g|) u, since
+    the 2.4|g_i| u of the factors add up to 2.4|g| u for gates of one sign.
+    """
     if seq.g is None:
         return seq.q.new_zeros(seq.q.shape[:2])
     g_abs = seq.g.abs() if seq.g.ndim == 2 else seq.g.abs().amax(-1)
-    return (5 + 2.4 * g_abs) * units.u
+    return (5 * factors + 2.4 * g_abs) * units.u
 
 
 def recurrent_sequence(
-    seq: DeltaSequence, scale: float, units: Units, *, l2norm_qk: bool
+    seq: DeltaSequence, scale: float, units: Units, *, l2norm_qk: bool, gate_factors: int = 1
 ) -> SequenceBound:
     """The recurrent recipe's bound on one float64 sequence (module docstring).
 
@@ -173,7 +180,7 @@ def recurrent_sequence(
     K = seq.q.shape[-1]
     gK3 = units.gamma(K + 3)
     normalized = units.l2norm(K, l2norm_qk)
-    eps_d = decay_error(seq, units)
+    eps_d = decay_error(seq, units, gate_factors)
     rho = contraction(seq.beta, seq.k, seq.g)
     # S_0 rounded where it is read (a state kept in 16 bits, or 16-bit arithmetic): per column.
     E = units.initial * seq.S0.norm(dim=1)
@@ -486,7 +493,9 @@ def sequence_bounds(
     with torch.no_grad():
         for spans, seq in sequence_groups(p, most=group_size(p, per_head_elements(p, recipe))):
             if recipe.form == "recurrent":
-                bound = recurrent_sequence(seq, p.scale, units, l2norm_qk=p.l2norm_qk)
+                bound = recurrent_sequence(
+                    seq, p.scale, units, l2norm_qk=p.l2norm_qk, gate_factors=p.gate_factors
+                )
             else:
                 inverse = inverse_kind(recipe, causal_exact=causal_exact)
                 bound = chunk_sequence(
@@ -534,6 +543,8 @@ def forward_bounds(
 def _forward_bounds(
     problem: DeltaProblem, recipe: DeltaRecipe, causal_exact: bool
 ) -> dict[str, TensorBound]:
+    if problem.gv is not None:
+        return _value_gated_bounds(problem, recipe, causal_exact)
     B, T, H, K, V = problem.shape
     units = Units.of(recipe, problem.q.dtype)
     home = problem.q.device
@@ -558,6 +569,37 @@ def _forward_bounds(
             count,
         )
     return {name: bound_on(b, home) for name, b in named.items()}
+
+
+def _value_gated_bounds(
+    problem: DeltaProblem, recipe: DeltaRecipe, causal_exact: bool
+) -> dict[str, TensorBound]:
+    """A value-gated problem's bounds: those of its single-column fold, put back in order.
+
+    Only the recurrent recipe's: a chunked kernel's value-side decay would enter its chunk
+    products in ways the fold's chunk bound does not count.
+    """
+    if recipe.form != "recurrent":
+        raise InvalidArgument(
+            f"A value gate gv is judged under the recurrent recipe only; got form={recipe.form!r}."
+        )
+    _, _, H, _, V = problem.shape
+    folded = _forward_bounds(fold(problem), recipe, causal_exact)
+
+    def back(x: torch.Tensor, name: str) -> torch.Tensor:
+        return unfold_tensor(x, name, H, V).contiguous()
+
+    return {
+        name: replace(
+            b,
+            reference=back(b.reference, name),
+            bound=back(b.bound, name),
+            magnitude=back(b.magnitude, name),
+            count=back(b.count, name),
+            verifiable=back(b.verifiable, name),
+        )
+        for name, b in folded.items()
+    }
 
 
 def _tensor_bound(

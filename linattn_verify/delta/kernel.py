@@ -34,7 +34,7 @@ from linattn_verify.core.rounding import UNIT_ROUNDOFF
 from linattn_verify.core.sizes import FIXED_SCALES, fixed_scales
 from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.errors import InvalidArgument
-from linattn_verify.signature import keywords_for
+from linattn_verify.signature import call_with, keywords_for
 from linattn_verify.typing import (
     DTYPE_NAMES,
     FINAL_STATE_DTYPES,
@@ -102,6 +102,10 @@ class DeltaCapabilities:
         state_layout: Its state's layout, ``"kv"`` or ``"vk"``. Default: `"kv"`.
         seq_len_at_least_heads: Refuses T < H (some FLA releases): no such case is drawn.
             Default: `False`.
+        value_gate: Takes a value gate ``gv=`` ``[B, T, H, V]`` (FLA's
+            ``fused_recurrent_gated_delta_rule``): every case draws one. Judged forward only,
+            under the recurrent recipe (`linattn_verify.delta.value_gate`), so it needs
+            ``backward=False``. Default: `False`.
     """
 
     gates: tuple[DeltaGate, ...] = ("none",)
@@ -125,9 +129,15 @@ class DeltaCapabilities:
     layout: AxisOrder = "token-major"
     state_layout: StateOrder = "kv"
     seq_len_at_least_heads: bool = False
+    value_gate: bool = False
 
     def __post_init__(self) -> None:
         check_layouts(self.layout, self.state_layout)
+        if self.value_gate and self.backward:
+            raise InvalidArgument(
+                "Got value_gate=True with backward=True: a value gate's gradients are not "
+                "judged yet; declare the kernel forward-only (--no-backward)."
+            )
         if not self.gates or any(g not in DELTA_GATES for g in self.gates):
             raise InvalidArgument(f"Got gates={self.gates!r}; each must be one of {DELTA_GATES}.")
         if not self.l2norm_qk or any(not isinstance(x, bool) for x in self.l2norm_qk):
@@ -325,6 +335,11 @@ class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
                 f"head dims K={K}, V={V} outside [{cap.min_head_dim}, {cap.max_head_dim}]",
             ),
             (not cap.seq_len_at_least_heads or T >= H, f"T={T} < H={H} (seq_len_at_least_heads)"),
+            ((problem.gv is not None) == cap.value_gate, "value gate gv not as declared"),
+            (
+                problem.gv is None or self.precision_recipe(problem.q.dtype).form == "recurrent",
+                "a value gate is judged under the recurrent recipe only",
+            ),
             (
                 not cap.scales or problem.scale in fixed_scales(cap.scales, K),
                 f"scale={problem.scale!r} is not one of {cap.scales}",
@@ -369,6 +384,8 @@ class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
             "use_qk_l2norm_in_kernel": p.l2norm_qk,
             **self.options,
         }
+        if cap.value_gate:
+            kwargs["gv"] = tokens_in(p.gv, cap.layout)
         if cap.varlen or p.cu_seqlens is not None:
             kwargs["cu_seqlens"] = None if p.cu_seqlens is None else p.cu_seqlens.to(p.q.device)
         declared = {
@@ -377,6 +394,7 @@ class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
             "output_final_state": cap.final_state,
             "use_qk_l2norm_in_kernel": True in cap.l2norm_qk,
             "cu_seqlens": cap.varlen,
+            "gv": cap.value_gate,
         }
         if not cap.takes_scale:
             del kwargs["scale"]
@@ -386,8 +404,9 @@ class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
         # Only the keywords its signature names reach it (`linattn_verify.signature`).
         features = {n for n, on in declared.items() if on} | set(self.options)
         kwargs = keywords_for(self.fn, kwargs, features)
-        args = (p.q, p.k, p.v, p.g, p.beta) if cap.takes_g else (p.q, p.k, p.v, p.beta)
-        result = self.fn(*(tokens_in(x, cap.layout) for x in args), **kwargs)
+        names = ("q", "k", "v", "g", "beta") if cap.takes_g else ("q", "k", "v", "beta")
+        args = [(name, tokens_in(getattr(p, name), cap.layout)) for name in names]
+        result = call_with(self.fn, args, kwargs)
         return result_out(  # type: ignore[no-any-return]
             result, cap.layout, cap.state_layout, final_state_asked=p.output_final_state
         )

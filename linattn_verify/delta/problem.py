@@ -42,6 +42,12 @@ normalized keys have ||k||^2 = r / (r + eps) < 1 and every A_t is a contraction 
 beta lies in [0, 1], or in [0, 2) when negative eigenvalues are allowed (FLA's
 ``allow_neg_eigval``: 2·sigmoid, ``fla/ops/gated_delta_rule/chunk.py:288``).
 
+A value gate gv ``[B, T, H, V]`` (FLA's ``gv`` of ``fused_recurrent_gated_delta_rule``), every
+entry <= 0, decays the state's value columns as well: S'_t = diag(exp(g_t)) S_{t-1}
+diag(exp(gv_t)). Column c then follows the rule above with the gate g_t + gv_tc, on its own:
+the prediction S'^T k and the correction read one column each
+(`linattn_verify.delta.value_gate` judges such a problem as H·V single-column ones).
+
 The initial state S_0 is ``[N, H, K, V]``; the final state S_T is returned per sequence when
 asked. With ``cu_seqlens`` (int ``[N+1]``, B == 1) the T axis packs N sequences, the state
 restarts at every boundary from that sequence's S_0, and an empty sequence returns its S_0.
@@ -49,7 +55,7 @@ restarts at every boundary from that sequence's S_0, and an empty sequence retur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -95,6 +101,10 @@ class DeltaProblem(PackedTokens):
         omit: Keyword arguments (`DELTA_OMITTABLE`) a kernel call leaves out where their value
             is the calling convention's default (`at_default`), so the kernel's own defaults
             are exercised. Default: none.
+        gv: The value gate ``[B, T, H, V]`` (natural log, <= 0), or `None`. Default: `None`.
+        gate_factors: How many exp-and-multiply factors each step's decay is made of: 2 in a
+            problem whose g is a folded g + gv (`linattn_verify.delta.value_gate`), where the
+            kernel decays by exp(g) and exp(gv) one after the other. Default: `1`.
     """
 
     q: torch.Tensor
@@ -108,6 +118,8 @@ class DeltaProblem(PackedTokens):
     output_final_state: bool
     cu_seqlens: torch.Tensor | None
     omit: frozenset[str] = frozenset()
+    gv: torch.Tensor | None = None
+    gate_factors: int = 1
 
     family = "delta"
 
@@ -134,6 +146,9 @@ class DeltaProblem(PackedTokens):
         if self.g is not None:
             gate = "vector gate g[B,T,H,K]" if self.vector_gate else "gate g[B,T,H]"
             parts.append(f"{gate} in [{float(self.g.min()):.3g}, {float(self.g.max()):.3g}]")
+        if self.gv is not None:
+            lo, hi = float(self.gv.min()), float(self.gv.max())
+            parts.append(f"value gate gv in [{lo:.3g}, {hi:.3g}]")
         if self.l2norm_qk:
             parts.append("l2norm_qk")
         if self.initial_state is not None:
@@ -146,6 +161,26 @@ class DeltaProblem(PackedTokens):
             parts.append(f"called without {','.join(omitted)}")
         return " ".join(parts)
 
+    def token_span(self, lo: int, hi: int) -> DeltaProblem:
+        """This problem with tokens ``lo:hi`` of every per-token input (q, k, v, beta, g, gv).
+
+        A piece of the problem (a split, one packed sequence): the caller sets the piece's
+        initial state and ``cu_seqlens``.
+        """
+
+        def cut(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x[:, lo:hi]
+
+        return replace(
+            self,
+            q=self.q[:, lo:hi],
+            k=self.k[:, lo:hi],
+            v=self.v[:, lo:hi],
+            beta=self.beta[:, lo:hi],
+            g=cut(self.g),
+            gv=cut(self.gv),
+        )
+
     def inputs(self) -> dict[str, torch.Tensor]:
         """Return the differentiable inputs that exist, by name (``q`` ... ``initial_state``)."""
         named = {
@@ -154,6 +189,7 @@ class DeltaProblem(PackedTokens):
             "v": self.v,
             "beta": self.beta,
             "g": self.g,
+            "gv": self.gv,
             "initial_state": self.initial_state,
         }
         return {name: t for name, t in named.items() if t is not None}
@@ -186,6 +222,7 @@ def validate_delta(
     output_final_state: Any = False,
     cu_seqlens: Any = None,
     allow_negative_eigenvalues: Any = False,
+    gv: Any = None,
 ) -> DeltaProblem:
     """Check one instance of the delta rule and resolve its options.
 
@@ -208,6 +245,7 @@ def validate_delta(
         cu_seqlens: Packed-sequence boundaries ``[N+1]``, rising from 0 to T, needs B == 1.
             Default: `None`.
         allow_negative_eigenvalues: Accept beta in [0, 2) instead of [0, 1]. Default: `False`.
+        gv: Value gate ``[B, T, H, V]``, finite and <= 0. Default: `None`.
 
     Returns:
         The validated `DeltaProblem`.
@@ -260,6 +298,15 @@ def validate_delta(
         _check_device("g", g, q.device)
         if bool((g > 0).any()):
             raise _fail(f"Expected g <= 0 (a log decay) but got max(g)={float(g.max()):.6g}.")
+    if gv is not None:
+        gv = check_tensor("gv", gv, 4, "[B, T, H, V]")
+        if gv.shape != v.shape:
+            raise _fail(
+                f"Expected gv of shape [B, T, H, V] = {tuple(v.shape)} but got {tuple(gv.shape)}."
+            )
+        _check_device("gv", gv, q.device)
+        if bool((gv > 0).any()):
+            raise _fail(f"Expected gv <= 0 (a log decay) but got max(gv)={float(gv.max()):.6g}.")
     resolved_scale = K**-0.5 if scale is None else check_real("scale", scale)
     l2norm_qk = check_flag("l2norm_qk", l2norm_qk)
     output_final_state = check_flag("output_final_state", output_final_state)
@@ -285,6 +332,7 @@ def validate_delta(
         initial_state=initial_state,
         output_final_state=output_final_state,
         cu_seqlens=bounds,
+        gv=gv,
     )
 
 

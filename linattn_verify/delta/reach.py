@@ -56,6 +56,7 @@ def delta_reach_case(kernel: DeltaKernel, size: Size, seed: int) -> DeltaCase:
         # A kernel limited to some scales (or applying its own) gets one of those.
         scale=rng.choice(fixed_scales(cap.scales, size.K) if cap.scales else (None,)),
         seed=rng.randrange(2**31),
+        value_gate="mild" if cap.value_gate else "none",
     )
 
 

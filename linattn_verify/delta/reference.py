@@ -31,6 +31,7 @@ from typing import TypeVar
 import torch
 
 from linattn_verify.delta.problem import DeltaProblem, l2norm
+from linattn_verify.delta.value_gate import fold, judged_folded
 from linattn_verify.errors import InvalidArgument
 
 SequenceResult = tuple[torch.Tensor, torch.Tensor]
@@ -183,6 +184,7 @@ def assemble(
     return o, (torch.stack(states, dim=0) if problem.output_final_state else None)
 
 
+@judged_folded
 def delta_recurrent(problem: DeltaProblem) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Evaluate the problem token by token in float64, exactly as the recurrence is written.
 
@@ -251,7 +253,7 @@ def intermediate_range(problem: DeltaProblem, window: int) -> tuple[float, float
     Returns:
         ``(smallest, largest)``; ``(inf, 0)`` when every intermediate is 0.
     """
-    p = problem.to(torch.float64)
+    p = fold(problem).to(torch.float64)  # a value gate's columns, each on its own
     smallest, largest = math.inf, 0.0
 
     def see(x: torch.Tensor) -> None:
@@ -287,6 +289,7 @@ def intermediate_range(problem: DeltaProblem, window: int) -> tuple[float, float
     return smallest, largest
 
 
+@judged_folded
 def delta_chunked(
     problem: DeltaProblem, chunk_size: int = 16
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -112,6 +112,8 @@ class DeltaCase:
         omit: The keywords (of `DELTA_OMITTABLE`, in its order) the call leaves out where they
             are at their default, so the kernel's own defaults are exercised
             (`DeltaProblem.omit`). Default: `()` (every keyword passed).
+        value_gate: The value gate gv's family (of `GATE_FAMILIES`), or ``"none"``: no gv.
+            Default: `"none"`.
     """
 
     B: int
@@ -134,6 +136,7 @@ class DeltaCase:
     seed: int
     out_of_contract: bool = False
     omit: tuple[str, ...] = ()
+    value_gate: str = "none"
 
     family = "delta"
 
@@ -157,6 +160,7 @@ class DeltaCase:
             ("beta_family", BETA_FAMILIES),
             ("key_family", KEY_FAMILIES),
             ("value_family", VALUE_FAMILIES),
+            ("value_gate", ("none", *GATE_FAMILIES)),
         ):
             if getattr(self, name) not in allowed:
                 raise InvalidArgument(
@@ -208,6 +212,9 @@ class DeltaCase:
         cu = None
         if self.seq_lens is not None:
             cu = torch.tensor([0, *self.seq_lens], dtype=torch.int64).cumsum(0)
+        # Drawn last, so the draws of a case without a value gate do not move.
+        if self.value_gate != "none":
+            t["gv"] = _gates(self.value_gate, (B, T, H, V), gen)
         on = {name: None if x is None else x.to(device) for name, x in t.items()}
         problem = validate_delta(
             **on,
@@ -338,6 +345,7 @@ def delta_cases(
     fixed_scales: Sequence[str] = (),
     omittable: Sequence[str] = DELTA_OMITTABLE,
     heads_within_seq_len: bool = False,
+    value_gate: bool = False,
 ) -> st.SearchStrategy[DeltaCase]:
     """Generate `DeltaCase`: any shape, option and value family of the delta rule within limits.
 
@@ -376,6 +384,8 @@ def delta_cases(
         omittable: Keywords the calling style may leave out at their default (of
             `DELTA_OMITTABLE`; drawn last, shrinking toward every keyword passed). Default: all.
         heads_within_seq_len: Draw H <= T (a kernel that refuses T < H). Default: `False`.
+        value_gate: Draw a value gate gv with every case (of the gate families, after the
+            case's other draws). Default: `False`.
 
     Raises:
         InvalidArgument: naming the argument that is malformed.
@@ -394,6 +404,7 @@ def delta_cases(
     _check_bool("out_of_contract", out_of_contract)
     _check_bool("realistic_only", realistic_only)
     _check_bool("heads_within_seq_len", heads_within_seq_len)
+    _check_bool("value_gate", value_gate)
     if out_of_contract and False not in l2norm:
         raise InvalidArgument(
             f"Got out_of_contract=True with l2norm={l2norm!r}: out-of-contract keys need "
@@ -459,6 +470,9 @@ def delta_cases(
             seed=draw(st.integers(0, 2**31 - 1), label="seed"),
             out_of_contract=ooc,
         )
+        if value_gate:
+            families = REALISTIC["gate"] if realistic_only else GATE_FAMILIES
+            case = replace(case, value_gate=draw(st.sampled_from(families), label="value_gate"))
         # The calling style last, so the case's own draws do not depend on it: every keyword
         # passed (half the cases), or each one at its default left out with probability 3/4.
         defaults = _at_default(case)
@@ -524,6 +538,7 @@ def delta_cases_for(
         chunk_sizes=(16, 64, *sorted(chunks)),
         fixed_scales=cap.scales,
         heads_within_seq_len=cap.seq_len_at_least_heads,
+        value_gate=cap.value_gate,
         # Only keywords the kernel takes are left out at their default.
         omittable=tuple(
             name

@@ -96,12 +96,18 @@ def delta_source_from_args(args: Any, *, on_cuda: bool) -> DeltaKernelSource:
         negative_eigenvalues=args.beta_max > 1,
         unit_norm_keys=not args.any_key_norm,
         backward=not args.no_backward,
+        value_gate=args.value_gate,
         **declared_capabilities(args, fitted),
     )
+    if args.value_gate and args.form != "recurrent":
+        raise InvalidArgument(
+            "--value-gate is judged under the recurrent recipe only: add --form recurrent."
+        )
     gated = capabilities.takes_g
     positional = ["q", "k", "v", "g", "beta"] if gated else ["q", "k", "v", "beta"]
     keywords = [name for name, fit in fitted.items() if fit.supported]
     keywords += ["use_qk_l2norm_in_kernel"] if l2norm.supported else []
+    keywords += ["gv"] if args.value_gate else []
     convention = (
         "fn(q, k, v[, g], beta, *, scale, initial_state, output_final_state, cu_seqlens, "
         "use_qk_l2norm_in_kernel)"

@@ -40,7 +40,7 @@ from linattn_verify.core.sizes import FIXED_SCALES, fixed_scales
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.semantics import Problem
-from linattn_verify.signature import keywords_for
+from linattn_verify.signature import call_with, keywords_for
 from linattn_verify.typing import (
     DTYPE_NAMES,
     FINAL_STATE_DTYPES,
@@ -362,11 +362,12 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
         }
         features = {n for n, on in declared.items() if on} | set(self.options)
         kwargs = keywords_for(self.fn, kwargs, features)
-        args: tuple[Any, ...] = (p.q, p.k, p.v)
+        args: list[tuple[str, Any]] = [("q", p.q), ("k", p.k), ("v", p.v)]
         takes_g = self.implied_decay is None and (cap.decay or p.g is not None)
         if takes_g and "g" not in left_out:
-            args = (*args, p.g)
-        result = self.fn(*(tokens_in(x, cap.layout) for x in args), **kwargs)
+            args.append(("g", p.g))
+        laid_out = [(name, tokens_in(x, cap.layout)) for name, x in args]
+        result = call_with(self.fn, laid_out, kwargs)
         return result_out(  # type: ignore[no-any-return]
             result, cap.layout, cap.state_layout, final_state_asked=p.output_final_state
         )

@@ -66,3 +66,22 @@ def efficient_softmax_over_tokens(q, k, v, eps=1e-6):
     num = torch.einsum("bhtk,bhtkv->bhtv", q, context)
     den = torch.einsum("bhtk,bhtk->bht", q, torch.cumsum(k, dim=2)) + eps
     return (num / den[..., None]).to(dtype)
+
+
+def value_gate_after_update(
+    q, k, v, g, beta, *, gv, scale=None, initial_state=None, output_final_state=False
+):
+    """Gated DeltaNet whose value gate decays the state after the correction, not before."""
+    B, T, H, K = q.shape
+    scale = K**-0.5 if scale is None else scale
+    S = torch.zeros(B, H, K, v.shape[-1]) if initial_state is None else initial_state.float()
+    outs = []
+    for t in range(T):
+        if g is not None:
+            S = S * torch.exp(g[:, t].float())[..., None, None]
+        kt = k[:, t].float()
+        err = v[:, t].float() - torch.einsum("bhkv,bhk->bhv", S, kt)
+        S = S + torch.einsum("bhk,bhv->bhkv", kt, beta[:, t].float()[..., None] * err)
+        S = S * torch.exp(gv[:, t].float())[:, :, None, :]  # the defect: after the correction
+        outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t].float() * scale))
+    return torch.stack(outs, dim=1).to(q.dtype), (S if output_final_state else None)

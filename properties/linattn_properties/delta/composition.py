@@ -81,15 +81,7 @@ def state_split_composes(case: Any, kernel: DeltaKernel) -> PropertyResult:
     t = random.Random(case.seed).randrange(1, T)
 
     def part(lo: int, hi: int, state: torch.Tensor | None) -> Any:
-        return replace(
-            whole,
-            q=whole.q[:, lo:hi],
-            k=whole.k[:, lo:hi],
-            v=whole.v[:, lo:hi],
-            beta=whole.beta[:, lo:hi],
-            g=None if whole.g is None else whole.g[:, lo:hi],
-            initial_state=state,
-        )
+        return replace(whole.token_span(lo, hi), initial_state=state)
 
     first = part(0, t, whole.initial_state)
     first_run = run(kernel, first)

@@ -28,7 +28,7 @@ from linattn_verify.results import PropertyResult
 
 
 def _fresh_future(problem: DeltaProblem, mask: torch.Tensor, seed: int) -> DeltaProblem:
-    """Replace q, k, v, beta and g at the masked tokens by fresh valid values."""
+    """Replace q, k, v, beta, g and gv at the masked tokens by fresh valid values."""
     gen = torch.Generator().manual_seed(seed ^ 0x5EED)
 
     def where(x: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
@@ -40,9 +40,11 @@ def _fresh_future(problem: DeltaProblem, mask: torch.Tensor, seed: int) -> Delta
         # Unit keys, shrunk a little so that rounding keeps them inside a unit-key contract.
         k_new = k_new / k_new.norm(dim=-1, keepdim=True) * (1 - UNIT_KEY_SLACK / 2)
     top = 1.0 if float(problem.beta.max()) <= 1 else 1.99
-    g = problem.g
+    g, gv = problem.g, problem.gv
     if g is not None:
         g = where(g, -10.0 * torch.rand(g.shape, generator=gen, dtype=torch.float64))
+    if gv is not None:
+        gv = where(gv, -10.0 * torch.rand(gv.shape, generator=gen, dtype=torch.float64))
     return replace(
         problem,
         q=where(problem.q, 3 * torch.randn(problem.q.shape, generator=gen, dtype=torch.float64)),
@@ -50,6 +52,7 @@ def _fresh_future(problem: DeltaProblem, mask: torch.Tensor, seed: int) -> Delta
         v=where(problem.v, 5 * torch.randn(problem.v.shape, generator=gen, dtype=torch.float64)),
         beta=where(problem.beta, top * torch.rand(problem.beta.shape, generator=gen)),
         g=g,
+        gv=gv,
     )
 
 
@@ -103,7 +106,8 @@ def causal_outputs_exact(case: Any, kernel: DeltaKernel) -> PropertyResult:
 def zero_beta_keeps_state(case: Any, kernel: DeltaKernel) -> PropertyResult:
     """Check that beta = 0 writes nothing: S_T ≡ S_0 bit for bit where nothing decays.
 
-    With every beta_t = 0 and no decay (g absent, or g = 0 for a kernel that needs a gate),
+    With every beta_t = 0 and no decay (g absent, or g = 0 for a kernel that needs a gate, and a
+    value gate gv = 0),
     S_t = S_{t-1} + k_t (0 · e_t)^T = S_{t-1} exactly in any arithmetic, so the final state of
     every sequence is its initial state (0 without one) bit for bit (rounded once to the input
     dtype for a kernel that returns its state so), and o_t = s S_0^T q_t within the oracle's
@@ -113,7 +117,10 @@ def zero_beta_keeps_state(case: Any, kernel: DeltaKernel) -> PropertyResult:
     prop = "zero_beta_keeps_state"
     built = case.build()
     g = None if built.g is None else torch.zeros_like(built.g)
-    problem = replace(built, beta=torch.zeros_like(built.beta), g=g, output_final_state=True)
+    gv = None if built.gv is None else torch.zeros_like(built.gv)
+    problem = replace(
+        built, beta=torch.zeros_like(built.beta), g=g, gv=gv, output_final_state=True
+    )
     reason = kernel.supports(problem)
     if reason is not None:
         return PropertyResult(prop, kernel.name, case.describe(), "not_applicable", reason=reason)

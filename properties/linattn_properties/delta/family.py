@@ -174,12 +174,7 @@ def varlen_matches_separate_runs(case: Any, kernel: DeltaKernel) -> PropertyResu
         if end == start:
             continue
         alone = replace(
-            packed,
-            q=packed.q[:, start:end],
-            k=packed.k[:, start:end],
-            v=packed.v[:, start:end],
-            beta=packed.beta[:, start:end],
-            g=None if packed.g is None else packed.g[:, start:end],
+            packed.token_span(start, end),
             initial_state=None if packed.initial_state is None else packed.initial_state[n : n + 1],
             cu_seqlens=None,
         )
