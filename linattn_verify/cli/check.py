@@ -201,6 +201,9 @@ the calling convention, in full:
               may return o alone.
   normalizer  o = s φ(q)·S / (s φ(q)·z + eps) (--normalizer in-dot: s φ(q)·(z + eps);
               clamp: max(s φ(q)·z, eps)); eps added in float32 (--eps-dtype).
+  delta rule  --value-gate: gv=[B, T, H, V] by keyword, S' = diag(e^g) S diag(e^gv) (forward
+              only, recurrent recipe). An argument the signature names at another position
+              (FLA's beta after g, gk, gv) is passed by keyword.
   maps        φ applied by the kernel itself (--feature-map; queries' own: --query-feature-map,
               e.g. softmax queries with exp keys); none by default: the harness passes features.
 """
