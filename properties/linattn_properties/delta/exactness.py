@@ -118,9 +118,7 @@ def zero_beta_keeps_state(case: Any, kernel: DeltaKernel) -> PropertyResult:
     built = case.build()
     g = None if built.g is None else torch.zeros_like(built.g)
     gv = None if built.gv is None else torch.zeros_like(built.gv)
-    problem = replace(
-        built, beta=torch.zeros_like(built.beta), g=g, gv=gv, output_final_state=True
-    )
+    problem = replace(built, beta=torch.zeros_like(built.beta), g=g, gv=gv, output_final_state=True)
     reason = kernel.supports(problem)
     if reason is not None:
         return PropertyResult(prop, kernel.name, case.describe(), "not_applicable", reason=reason)
