@@ -121,7 +121,7 @@ class Capabilities:
         query_feature_map: The map it applies to queries where that is not its keys' map
             (``feature_maps``): "efficient attention" takes softmax over each query's features
             and exp of each key. Both must keep K features
-            (`linattn_verify.linear_attn.semantics.KEEPS_K`). Default: `None` (one map).
+            (`linattn_verify.typing.KEEPS_K`). Default: `None` (one map).
         seq_len_multiple: T must be a multiple of it (linear-attention-transformer's causal
             attention asserts T % bucket_size == 0): no other T is drawn. Not with ``varlen``.
             Default: `1`.
@@ -159,11 +159,16 @@ class Capabilities:
 
     def __post_init__(self) -> None:
         check_layouts(self.layout, self.state_layout)
-        m = self.seq_len_multiple
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1 or (m > 1 and self.varlen):
+        multiple = self.seq_len_multiple
+        if (
+            isinstance(multiple, bool)
+            or not isinstance(multiple, int)
+            or multiple < 1
+            or (multiple > 1 and self.varlen)
+        ):
             raise InvalidArgument(
-                f"Got seq_len_multiple={m!r} with varlen={self.varlen}: it must be an int >= 1, "
-                "and 1 for a varlen kernel (packed sequences of any length)."
+                f"Got seq_len_multiple={multiple!r} with varlen={self.varlen}: it must be an int "
+                ">= 1, and 1 for a varlen kernel (packed sequences of any length)."
             )
         if self.query_feature_map is not None and (
             self.configurable

@@ -118,6 +118,9 @@ class Problem(PackedTokens):
         clamp: The denominator is max(s φ(q_t)^T z_t, eps) rather than s φ(q_t)^T z_t + eps
             (set from the recipe's ``normalizer`` by
             `linattn_verify.linear_attn.tolerance.as_kernel_sees`). Default: `False`.
+        key_sum_offset: What the initial key sum carries beyond the kernel's own: eps, where
+            `linattn_verify.linear_attn.tolerance.as_kernel_sees` moved a kernel's eps inside
+            the dot into z_0 (the kernel's returned z_T lacks it). Default: `0.0`.
         omit: Arguments (`OMITTABLE`) a kernel call leaves out where their value is the
             default (`at_default`), to exercise the kernel's own defaults. How the kernel is
             called, not what it computes: the oracles ignore it. Default: none (every argument
@@ -140,6 +143,7 @@ class Problem(PackedTokens):
     feature_weights: torch.Tensor | None = None
     query_feature_map: FeatureMap | None = None
     clamp: bool = False
+    key_sum_offset: float = 0.0
 
     family = "linear_attn"
 

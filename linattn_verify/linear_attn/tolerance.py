@@ -155,7 +155,8 @@ def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
     eps inside the dot (``recipe.normalizer == "in-dot"``: s φ(q)·(z_t + eps)) is, without decay,
     exactly the offset form with eps = 0 and the initial key sum z_0 + eps (z_t + eps =
     (z_0 + eps) + Σ φ(k)), so every oracle and bound judges that problem unchanged; its final
-    key sum is z_T + eps (`forward_bounds` takes eps back off the reference). A decayed key sum
+    key sum is z_T + eps (`Problem.key_sum_offset` records the eps, which `forward_bounds` takes
+    back off the reference; judging a judged problem again adds nothing). A decayed key sum
     would decay that eps too, so the form is refused with decay. The shifted z_0 is float64
     (the judged problem is float64 throughout), exact for z_0 = 0. A clamped denominator,
     max(s φ(q)·z, eps), is the problem's own ``clamp``, which every oracle and bound reads.
@@ -181,17 +182,8 @@ def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
         initial_key_sum=(torch.zeros(N, H, F, dtype=f64, device=device) if z0 is None else z0)
         .to(f64)
         .add(eps),
+        key_sum_offset=problem.key_sum_offset + eps,
     )
-
-
-def key_sum_offset(problem: Problem, recipe: PrecisionRecipe) -> float:
-    """What the judged problem adds to every entry of the key sum (`as_kernel_sees`).
-
-    eps where the recipe puts it inside the dot, else 0.
-    """
-    if recipe.normalizer != "in-dot" or not problem.normalize:
-        return 0.0
-    return recipe.effective_eps(problem.eps, problem.q.dtype)
 
 
 def forward_bounds(
@@ -354,7 +346,7 @@ def _forward_bounds(
             tensors["final_key_sum"] = TensorBound(
                 name="final_key_sum",
                 # The kernel returns its key sum without the eps the judged z_0 carries.
-                reference=z_ref - key_sum_offset(problem, recipe),
+                reference=z_ref - p.key_sum_offset,
                 bound=B_z,
                 magnitude=M_z,
                 count=count_S.expand_as(z_ref),
@@ -596,7 +588,6 @@ __all__ = [
     "charge_returned_state",
     "cotangent_loss",
     "forward_bounds",
-    "key_sum_offset",
     "overflow_elements",
     "reference_gradients",
 ]

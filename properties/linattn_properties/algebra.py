@@ -26,7 +26,7 @@ from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.linear_attn.oracles.parallel import parallel_reference
 from linattn_verify.linear_attn.semantics import Problem
 from linattn_verify.linear_attn.strategies import ProblemSpec
-from linattn_verify.linear_attn.tolerance import as_kernel_sees, key_sum_offset
+from linattn_verify.linear_attn.tolerance import as_kernel_sees
 from linattn_verify.results import PropertyResult
 
 _POWERS = (0.25, 0.5, 2.0, 4.0, -0.5, -1.0, -2.0)
@@ -176,8 +176,9 @@ def normalized_affine_and_convex(spec: ProblemSpec, kernel: Kernel) -> PropertyR
     res = b1.residual
     assert res is not None
     # The part of Z no key contributes: eps, or with eps inside the dot s φ(q)·(eps, ..., eps).
-    eps: float | torch.Tensor = as_kernel_sees(problem, case.recipe).eps
-    in_dot = key_sum_offset(problem, case.recipe)
+    judged = as_kernel_sees(problem, case.recipe)
+    eps: float | torch.Tensor = judged.eps
+    in_dot = judged.key_sum_offset
     if in_dot:
         q_features = problem.query_features(problem.q.double()).sum(-1, keepdim=True)
         eps = eps + problem.outer_scale * in_dot * q_features

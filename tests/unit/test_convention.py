@@ -104,6 +104,18 @@ def test_eps_inside_the_dot_is_judged_as_that_function(with_state: bool) -> None
     assert not torch.allclose(offset.reference, o, rtol=1e-3)
 
 
+def test_judging_an_in_dot_problem_twice_shifts_its_key_sum_once() -> None:
+    # judge_against_oracle judges the problem as the kernel sees it, then forward_bounds does
+    # again: the returned z_T must still be compared without eps.
+    q = torch.rand(1, 5, 1, 2, dtype=torch.float64) + 0.1
+    problem = validate_problem(q, q, q, normalize=True, eps=0.25, output_final_state=True)
+    recipe = PrecisionRecipe(normalizer="in-dot", eps_dtype="float64")
+    once = forward_bounds(problem, recipe).tensors["final_key_sum"].reference
+    twice = forward_bounds(as_kernel_sees(problem, recipe), recipe).tensors["final_key_sum"]
+    assert torch.equal(once, twice.reference)
+    assert torch.allclose(once, q.sum(1), rtol=1e-12)
+
+
 def test_eps_inside_the_dot_is_refused_with_decay() -> None:
     q = torch.rand(1, 3, 1, 2)
     problem = validate_problem(q, q, q, -torch.rand(1, 3, 1), normalize=True, eps=1e-3)
