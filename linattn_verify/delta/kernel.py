@@ -369,11 +369,15 @@ class DeltaKernel(KernelBase[DeltaCapabilities, DeltaRecipe]):
         return None
 
     def call(self, problem: DeltaProblem) -> tuple[Any, Any]:
-        """Call the kernel on ``problem``'s tensors as they are (no copies, no casts).
+        """Call the kernel on ``problem``'s tensors (no casts) in its declared layout.
 
         Only the keywords its signature names are passed, and through a ``**kwargs`` catch-all
-        only those of features it declares; ``scale`` only if it ``takes_scale``; none that
-        ``problem.omit`` names while at its default (`DeltaProblem.at_default`).
+        only those of features it declares; ``scale`` only if it ``takes_scale``; ``gv`` where
+        it declares a value gate; none that ``problem.omit`` names while at its default
+        (`DeltaProblem.at_default`). q, k, v, g and beta go by position unless the signature
+        names one at another position (`linattn_verify.signature.call_with`); tensors and the
+        result move between the harness's layout and the kernel's
+        (`linattn_verify.core.convention`), and o alone is taken for ``(o, None)``.
         """
         cap = self.capabilities
         p = problem

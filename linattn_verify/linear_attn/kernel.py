@@ -328,7 +328,7 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
         return None
 
     def call(self, problem: Problem) -> tuple[Any, Any]:
-        """Call the kernel on ``problem``'s tensors (as they are: no copies, no casts).
+        """Call the kernel on ``problem``'s tensors (no casts) in its declared layout.
 
         Every argument the kernel declares is passed explicitly (``g=None``, ``initial_state=
         None`` and ``cu_seqlens=None`` too, where it declares decay, initial states, varlen),
@@ -338,6 +338,10 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
         when the problem gives them a value (a problem `supports` rejects). Only the keywords its
         signature names reach it, and through a ``**kwargs`` catch-all only those of features it
         declares (`linattn_verify.signature.keywords_for`); ``scale`` only if it ``takes_scale``.
+        q, k, v and g go by position unless the signature names one at another position
+        (`linattn_verify.signature.call_with`); tensors and the result move between the
+        harness's layout and the kernel's (`linattn_verify.core.convention`), and o alone is
+        taken for ``(o, None)``.
         """
         cap = self.capabilities
         p = problem
