@@ -321,14 +321,18 @@ def _rank(score: float | None) -> float:
 def _finding_line(n: int, finding: dict[str, Any]) -> str:
     """One line of a finding: where, what decided it, how often."""
     from linattn_verify.observe import format_headroom
+    from linattn_verify.reporting._values import format_finding_score
 
     properties = ", ".join(finding.get("properties") or [finding["property"]])
     score = finding.get("score")
     if finding.get("tensor") is not None and score is not None:
-        what = (
-            f"{finding['tensor']} r {float(score):.3g} (headroom {format_headroom(float(score))}"
-            f", {finding.get('severity')})"
-        )
+        if finding.get("score_kind") == "bitwise":
+            what = f"{finding['tensor']} {format_finding_score(finding)}, {finding.get('severity')}"
+        else:
+            what = (
+                f"{finding['tensor']} r {float(score):.3g} (headroom "
+                f"{format_headroom(float(score))}, {finding.get('severity')})"
+            )
     else:
         # The report's first line names the property, the kernel and the whole case: the line
         # after it says what went wrong (the kernel raised, broke the calling convention).

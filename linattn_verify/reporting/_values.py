@@ -63,3 +63,17 @@ def format_score(value: Any) -> str:
     if number is None:
         return "-"
     return f"{number:.3g}"
+
+
+def format_finding_score(finding: Any) -> str:
+    """A finding's deciding score, named: ``r 3.4e+06``, or ``|Δ| 0.0625 (bit for bit)``.
+
+    A bit-for-bit comparison's score is an absolute difference, not a ratio to a bound
+    (`linattn_verify.reporting.summary.finding_evidence`'s ``score_kind``).
+    """
+    text = format_score(finding.get("score"))
+    if text == "-":
+        return text
+    if finding.get("score_kind") == "bitwise":
+        return f"|Δ| {text} (bit for bit)"
+    return f"r {text}"

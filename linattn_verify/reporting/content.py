@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linattn_verify.observe import format_headroom
-from linattn_verify.reporting._values import format_score, score
+from linattn_verify.reporting._values import format_finding_score, format_score, score
 from linattn_verify.reporting.side_by_side import side_by_side
 from linattn_verify.reporting.summary import UNDECIDED, cases_of, verdicts_of
 from linattn_verify.reporting.verdict_map import VerdictMap, nearest
@@ -278,7 +278,7 @@ def findings_table(document: Mapping[str, Any]) -> Table:
                 _text(f.get("dtypes") or f.get("dtype")),
                 _text(f.get("severity")),
                 _text(f.get("tensor")),
-                format_score(f.get("score")),
+                format_finding_score(f),
                 str(f.get("occurrences", 1)),
                 str(f.get("replay") or "-"),
             ]

@@ -203,19 +203,24 @@ def finding_evidence(record: CaseRecord) -> dict[str, Any]:
     ``severity``: ``"realistic"`` or ``"extreme-range"`` (`linattn_verify.triage.severity`) for
     a failed comparison, the worse one when several failed; ``"kernel failure"`` when the kernel
     raised or broke the calling convention (no comparison failed); ``"harness error"`` for a
-    bug of ours on the case.
+    bug of ours on the case. The score is the worst failed comparison against a bound (r, η or
+    a pair ratio: ``score_kind`` ``"bound"``); a bit-for-bit comparison's score, an absolute
+    difference, is shown only where no bound comparison failed (``"bitwise"``), so that a
+    |Δ| of 0.06 is never read as a small r.
     """
     if record.error:
         return {"severity": "harness error"}
     failed = [c for c in record.comparisons if not c.ok]
     if not failed:
         return {"severity": "kernel failure"}
-    worst = max(failed, key=lambda c: worst_first(c.deciding))
+    bound = [c for c in failed if c.kind != "bitwise"]
+    worst = max(bound or failed, key=lambda c: worst_first(c.deciding))
     realistic = any(c.severity in (None, "realistic") for c in failed)
     return {
         "severity": "realistic" if realistic else "extreme-range",
         "tensor": worst.tensor,
         "score": worst.deciding,
+        "score_kind": "bound" if bound else "bitwise",
         "T": record.T,
     }
 

@@ -111,3 +111,39 @@ def test_grouped_findings_fit_the_schema(tmp_path: Path) -> None:
     validate(document)
     assert len(document["failures"]) == 3
     assert len([v for v in document["verdicts"] if v["status"] == "failed"]) == 5
+
+
+def _comparison(kind: str, deciding: float) -> Comparison:
+    bitwise = kind == "bitwise"
+    return Comparison(
+        tensor="o",
+        subject=KERNEL,
+        reference="bitwise:on a rerun" if bitwise else "oracle",
+        status="failed",
+        deciding=deciding,
+        scores=Scores(r=0.0 if bitwise else deciding),
+        worst=Worst(index=(0, 0, 0, 0), actual=1.0, expected=0.9375, allowed=0.0),
+        counts=Counts(numel=8, mismatched=1),
+    )
+
+
+def test_a_finding_is_shown_by_its_bound_score_and_a_bitwise_one_says_so() -> None:
+    from linattn_verify.reporting._values import format_finding_score
+    from linattn_verify.reporting.summary import finding_evidence
+
+    # A bit-for-bit |Δ| of 8 beside r = 3 on the same case: the finding's score is r, not the
+    # larger absolute difference (which is no ratio to any bound).
+    both = finding_evidence(
+        _record(
+            "dyadic_inputs_exact",
+            "c",
+            comparisons=[_comparison("bitwise", 8.0), _comparison("oracle", 3.0)],
+        )
+    )
+    assert (both["score"], both["score_kind"]) == (3.0, "bound")
+    assert format_finding_score(both) == "r 3"
+    alone = finding_evidence(
+        _record("dyadic_inputs_exact", "c", comparisons=[_comparison("bitwise", 0.0625)])
+    )
+    assert alone["score_kind"] == "bitwise"
+    assert format_finding_score(alone) == "|Δ| 0.0625 (bit for bit)"
