@@ -55,7 +55,7 @@ is read (`torch.func.jvp`). It covers
   products' tf32 operands 4 u_op; the first-order perturbation -T δL T of L's own errors
   |δL_ij| <= β_i Σ_m |k_im k_jm| w_ijm (γ_{K+2} + 2 ε_k + 2 u_op + ε_ij); T stored in
   ``inverse_dtype``), charged at each T of a term (Y and Vn: dL, dβ, dk and dg read T twice);
-* the in-kernel L2 norm (ε_k per component, bounds.Units.l2norm) and the gate: the chunk-local
+* the in-kernel L2 norm (ε_k per component, units.Units.l2norm) and the gate: the chunk-local
   cumsum errs by γ_{c+1} |G_i| (every g <= 0), so a weight e^{G_i - G_j} errs relatively by
   ε_ij = γ_{c+1}(|G_i| + |G_j|) + (4 + 2.4 |G_i - G_j|) u (the exp: docs/error-model.md §4), e^{G_i}
   by γ_{c+1}|G_i| + (4 + 2.4|G_i|) u; e^0 = 1 of a token with itself is exact; an underflowing
@@ -124,12 +124,7 @@ from typing import Any
 import torch
 
 from linattn_verify.core.bound import TensorBound
-from linattn_verify.delta.bounds import (
-    SMALLEST_SUBNORMAL,
-    Units,
-    contraction,
-    per_head_elements,
-)
+from linattn_verify.delta.bounds import contraction, per_head_elements
 from linattn_verify.delta.chunk_backward import (
     PRIMITIVES,
     ChunkInputs,
@@ -149,6 +144,7 @@ from linattn_verify.delta.inverse import InverseKind, inverse_kind
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import DeltaSequence, group_size, pair_scores
+from linattn_verify.delta.units import SMALLEST_SUBNORMAL, Units
 from linattn_verify.typing import dtype_name
 
 

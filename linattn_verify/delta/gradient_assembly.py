@@ -17,7 +17,6 @@ import torch
 
 from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.rounding import UNIT_ROUNDOFF
-from linattn_verify.delta.bounds import SMALLEST_SUBNORMAL, Units
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import (
     DeltaSequence,
@@ -33,6 +32,7 @@ from linattn_verify.delta.sweep import (
     keys_down,
     values_down,
 )
+from linattn_verify.delta.units import SMALLEST_SUBNORMAL, Units
 from linattn_verify.typing import dtype_name
 
 GRADIENTS = ("q", "k", "v", "beta", "g", "initial_state")

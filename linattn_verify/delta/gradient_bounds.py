@@ -57,7 +57,6 @@ import torch
 from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.judging import bound_on, judging_device, problem_on
 from linattn_verify.delta.bounds import (
-    Units,
     contraction,
     decay_error,
     per_head_elements,
@@ -84,6 +83,7 @@ from linattn_verify.delta.sweep import (
     keys_down,
     values_down,
 )
+from linattn_verify.delta.units import Units
 
 
 def _sequence(

@@ -21,7 +21,7 @@ import torch
 from linattn_verify.core.loading import import_file
 from linattn_verify.delta import chunk_backward as cb
 from linattn_verify.delta import chunk_gradient_bounds as cgb
-from linattn_verify.delta.bounds import Units, contraction
+from linattn_verify.delta.bounds import contraction
 from linattn_verify.delta.gradient_assembly import l2norm_chain, reference_gradients
 from linattn_verify.delta.gradient_bounds import backward_bounds
 from linattn_verify.delta.inverse import inverse_kind
@@ -30,6 +30,7 @@ from linattn_verify.delta.problem import DeltaProblem
 from linattn_verify.delta.reference import sequence_inputs
 from linattn_verify.delta.reference_kernels import delta_reference_kernels
 from linattn_verify.delta.strategies import DeltaCase, random_delta_cotangents
+from linattn_verify.delta.units import Units
 
 RECIPE = DeltaRecipe(form="chunk", chunk_size=16)
 ZOO = Path(__file__).resolve().parents[1] / "zoo" / "delta_bugs.py"
