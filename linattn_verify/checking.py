@@ -30,6 +30,7 @@ from linattn_verify.core.reuse import reusing_results
 from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.results import CaseRecord, PropertyVerdict
+from linattn_verify.triggers import Trigger, near, simplest_case, trigger_of
 
 FIRST_ROUND_EXAMPLES = 5
 """Most examples per property in the first round (later rounds size theirs to the time slice)."""
@@ -139,7 +140,10 @@ def check_kernel(
     shrunk to a minimal case (for at most `SHRINK_SHARE` of the budget), diagnosed
     (`linattn_verify.diagnosis`, where the family has one, within the same share) and
     saved in ``search.failures_dir``;
-    with ``search.fail_fast`` the check stops there.
+    with ``search.fail_fast`` the check stops there. Otherwise later rounds search a failed
+    property too, after the holding ones, away from its failures' triggers
+    (`linattn_verify.triggers`): another defect is shrunk on its own and recorded as another
+    failure (in ``failure-2/``, ...), until a failure of the simplest case leaves nowhere to look.
 
     Args:
         kernel: The kernel under test.
@@ -167,9 +171,17 @@ def check_kernel(
     def stopped() -> bool:
         return search.fail_fast and not all(v.ok for v in verdicts.values())
 
+    # The triggers of each property's failures: a failed property is searched on away from
+    # them (`linattn_verify.triggers`), after the holding ones, until a failure is everywhere.
+    triggers: dict[str, list[Trigger]] = {name: [] for name in properties}
     round_ = 0
     while not stopped():
-        pending = [name for name, verdict in verdicts.items() if verdict.ok]
+        holding = [name for name, verdict in verdicts.items() if verdict.ok]
+        pending = holding + [
+            name
+            for name in verdicts
+            if name not in holding and not any(t.everywhere for t in triggers[name])
+        ]
         if not pending:
             break
         seconds = slice_ * (round_ + 1)
@@ -181,6 +193,7 @@ def check_kernel(
             if search_started >= end:
                 break
             examples = _examples_for(verdicts[name], seconds, round_)
+            known = len(triggers[name])
             verdict = search_property(
                 properties[name],
                 kernel,
@@ -196,8 +209,11 @@ def check_kernel(
                 seen=seen[name],
                 shrink_seconds=SHRINK_SHARE * budget,
                 diagnosis_seconds=_diagnosis_seconds(budget),
+                triggers=triggers[name],
             )
             _settle(verdicts, verdict, search_started, listener)
+            if len(triggers[name]) > known:
+                _tell_trigger(name, triggers[name], listener)
             if stopped():
                 break
         elapsed = time.perf_counter() - started
@@ -207,7 +223,10 @@ def check_kernel(
         )
         if round_ == 0 and search.reach and family.reach and not stopped():
             reach_seconds = min(REACH_SHARE * budget, budget - elapsed)
-            _reach(kernel, properties, search, verdicts, listener, started, reach_seconds)
+            failed = _reach(kernel, properties, search, verdicts, listener, started, reach_seconds)
+            for name, spec in failed.items():
+                # A failure at a reach size: search on below it (or without its other changes).
+                triggers[name].append(trigger_of(spec, simplest_case(every_family)))
         if time.perf_counter() - started >= budget:
             break
         round_ += 1
@@ -232,6 +251,17 @@ def _examples_for(verdict: PropertyVerdict, seconds: float, round_: int) -> int:
     return max(1, min(MAX_SEARCH_EXAMPLES, int(seconds / per_example))) + 2
 
 
+def _tell_trigger(name: str, triggers: list[Trigger], listener: CheckListener) -> None:
+    """Say where a property's search goes on after its latest failure (n-th: ``triggers[-1]``)."""
+    latest = triggers[-1]
+    line = "" if len(triggers) == 1 else f"failure {len(triggers)}, away from the earlier ones: "
+    if latest.everywhere:
+        line += "no case is away from it, the search ends"
+    else:
+        line += f"the search goes on away from {latest.describe()}"
+    listener.progress(f"  {name:32s} {line}")
+
+
 def _settle(
     verdicts: dict[str, PropertyVerdict],
     verdict: PropertyVerdict,
@@ -241,9 +271,10 @@ def _settle(
     """Store a property's verdict after one of its searches (or reach items); tell the listener."""
     seconds = round(verdict.seconds + time.perf_counter() - search_started, 3)
     verdict = replace(verdict, seconds=seconds)
+    newly_failed = verdicts[verdict.property].ok and not verdict.ok
     verdicts[verdict.property] = verdict
     listener.verdict(verdict)
-    if not verdict.ok:
+    if newly_failed:
         listener.progress(
             f"  {verdict.property:32s} FAILED after {verdict.examples} examples "
             f"({verdict.first_failure_seconds:.1f} s into the check)"
@@ -258,8 +289,10 @@ def _reach(
     listener: CheckListener,
     started: float,
     seconds: float,
-) -> None:
+) -> dict[str, Any]:
     """Run the size reach within ``seconds``; each item is one more example of its property.
+
+    Returns the failing case of each property the reach failed.
 
     The items of a size judge the same case (the backward pass and the forward reruns after the
     forward pass): its forward bounds are computed once (`linattn_verify.core.reuse`).
@@ -273,6 +306,7 @@ def _reach(
         run = ReachRun(plan, max(seconds, 0.0))
         reach_started = time.perf_counter()
         reached = {"T": 0, "K": 0, "H": 0, "items": 0}
+        failed: dict[str, Any] = {}
         for item in run.walk(lambda: time.perf_counter() - reach_started):
             name = item.property
             if not verdicts[name].ok:
@@ -288,6 +322,7 @@ def _reach(
                     prop, spec, kernel, directory=search.failures_dir, steer=False
                 )
             except PropertyViolation as exc:
+                failed[name] = spec
                 seconds_left = _left(_diagnosis_seconds(search.budget), started + search.budget)
                 if seconds_left > 0:
                     exc = _diagnosed(prop, spec, kernel, exc, search.failures_dir, seconds_left)
@@ -330,6 +365,7 @@ def _reach(
             f"largest T {reached['T']}, largest head dim {reached['K']}, most heads {reached['H']}"
             + (f"; {len(skipped)} sizes left for a larger budget" if skipped else "")
         )
+    return failed
 
 
 def _left(seconds: float, end: float | None) -> float:
@@ -381,6 +417,7 @@ def search_property(
     diagnosis_seconds: float | None = None,
     seen: set[str] | None = None,
     shrink_seconds: float | None = None,
+    triggers: list[Trigger] | None = None,
 ) -> PropertyVerdict:
     """One Hypothesis search of at most ``examples`` cases; return ``verdict`` with what it found.
 
@@ -393,6 +430,12 @@ def search_property(
     otherwise spend its time on again. The minimal failing case is recorded (the cases tried
     while shrinking are not), with its recipe diagnosis (`linattn_verify.diagnosis`) within
     ``diagnosis_seconds`` when given, and not past ``end``.
+
+    ``triggers`` (updated) are the `Trigger`s of the property's failures found so far: cases near
+    one are skipped, so the search looks for another defect, and the trigger of a failure found
+    is appended (`Trigger.everywhere` when it cannot be told). The first failure is saved in
+    ``failures_dir``, the n-th in its subfolder ``failure-n``, and ``verdict`` keeps the first
+    failure's message.
     """
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -400,6 +443,9 @@ def search_property(
     from linattn_verify.running import check_property, record_of
 
     seen = set() if seen is None else seen
+    known = [] if triggers is None else triggers
+    if known:
+        failures_dir = failures_dir / f"failure-{len(known) + 1}"
     tally = {"examples": 0}
     # The verdict with every case that did not fail counted (`PropertyVerdict.counted`).
     counted = [verdict]
@@ -443,7 +489,7 @@ def search_property(
             for failed, violation, *_ in failing:
                 if repr(failed) == key:
                     raise violation
-        if skipped(key):
+        if skipped(key) or any(near(spec, t) for t in known):
             return
         seen.add(key)
         tally["examples"] += 1
@@ -479,6 +525,11 @@ def search_property(
     if failure is None:
         return verdict
     final = next((f for f in reversed(failing) if f[1] is failure), None)
+    if triggers is not None:
+        # A failure with no minimal case recorded (a flaky one) is taken to be everywhere.
+        triggers.append(
+            Trigger() if final is None else trigger_of(final[0], simplest_case(strategy))
+        )
     if final is not None and failure.result is not None:
         spec, _, _, seconds, _ = final
         if diagnosis_seconds is not None:
@@ -488,6 +539,8 @@ def search_property(
         listener.case_finished(
             record_of(kernel, spec, failure.result, seconds, failure.failure_file)
         )
+    if not verdict.ok:
+        return verdict  # an earlier failure of the property is its verdict's
     return replace(
         verdict,
         status="failed",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import IO, Any
 
@@ -29,6 +30,9 @@ class Progress:
         stream: Where to draw. Default: `None` (stderr).
         unit: What an item is called. Default: ``"cases"``.
         budget: Seconds the command may take, for a bar that counts time. Default: `None`.
+        left: The seconds left, when the command knows better than a rate over recent items
+            (``run``: `linattn_verify.run_clock.GroupClock`), or `None` while unknown.
+            Default: `None`: rich's estimate from the recent rate.
 
     Raises:
         InvalidArgument: naming the malformed argument.
@@ -43,6 +47,7 @@ class Progress:
         stream: IO[str] | None = None,
         unit: str = "cases",
         budget: float | None = None,
+        left: Callable[[], float | None] | None = None,
     ) -> None:
         if total is not None and (not isinstance(total, int) or isinstance(total, bool)):
             raise InvalidArgument(f"Expected an int >= 0 or None but got total={total!r}.")
@@ -57,6 +62,7 @@ class Progress:
         self.verbose = bool(verbose)
         self.unit = unit
         self.budget = budget
+        self.left = left
         self.done = 0
         self.failed = 0
         self.console = Console(file=stream if stream is not None else sys.stderr)
@@ -89,7 +95,8 @@ class Progress:
         ]
         if of_total or not counted:
             # Time left is known from a total or a budget; an open-ended count has none.
-            columns += [TextColumn("left"), TimeRemainingColumn()]
+            left = _Left(self.left) if self.left is not None else TimeRemainingColumn()
+            columns += [TextColumn("left"), left]
         self._bar = RichProgress(*columns, console=self.console, transient=False)
         self._bar.start()
         total = self.budget if not counted else self.total
@@ -167,6 +174,23 @@ class Progress:
             self._bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
         else:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _Left(estimate: Callable[[], float | None]) -> Any:
+    """A rich column showing ``estimate()`` seconds as H:MM:SS (``-:--:--`` while unknown)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Left(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            seconds = estimate()
+            if seconds is None:
+                return Text("-:--:--", style="progress.remaining")
+            whole = round(max(seconds, 0.0))
+            hms = f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+            return Text(hms, style="progress.remaining")
+
+    return Left()
 
 
 __all__ = ["Progress"]

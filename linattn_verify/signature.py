@@ -286,6 +286,7 @@ def declared_capabilities(flags: Any, fitted: Mapping[str, Fitted]) -> dict[str,
         "layout": flags.layout,
         "state_layout": flags.state_layout,
         "seq_len_at_least_heads": flags.seq_len_at_least_heads,
+        "value_gate": flags.value_gate,
     }
 
 

@@ -88,6 +88,13 @@ def add_target_flags(parser: Any, family: str, *, dtypes: bool = True) -> None:
         "Default: %(default)s",
     )
     cap.add_argument(
+        "--value-gate",
+        action="store_true",
+        help="it takes a value gate gv=[B, T, H, V] (FLA's GLA and gated delta rule): the state "
+        "decays S' = diag(exp(g)) S diag(exp(gv)); judged forward only (--no-backward), "
+        "unnormalized, and for the delta family under --form recurrent",
+    )
+    cap.add_argument(
         "--seq-len-at-least-heads",
         action="store_true",
         help="refuses T < H (some FLA releases take such a call for a heads-first one): no such "
@@ -201,9 +208,10 @@ the calling convention, in full:
               may return o alone.
   normalizer  o = s φ(q)·S / (s φ(q)·z + eps) (--normalizer in-dot: s φ(q)·(z + eps);
               clamp: max(s φ(q)·z, eps)); eps added in float32 (--eps-dtype).
-  delta rule  --value-gate: gv=[B, T, H, V] by keyword, S' = diag(e^g) S diag(e^gv) (forward
-              only, recurrent recipe). An argument the signature names at another position
-              (FLA's beta after g, gk, gv) is passed by keyword.
+  value gate  --value-gate: gv=[B, T, H, V] by keyword, S' = diag(e^g) S diag(e^gv) (GLA, the
+              gated delta rule; forward only, unnormalized; the delta rule's under --form
+              recurrent). An argument the signature names at another position (FLA's beta
+              after g, gk, gv) is passed by keyword.
   maps        φ applied by the kernel itself (--feature-map; queries' own: --query-feature-map,
               e.g. softmax queries with exp keys); none by default: the harness passes features.
 """
@@ -476,12 +484,14 @@ def _checked(
     document = writer.finish(render=keep and not args.no_render)
     if args.json:
         print(json.dumps(document, default=str))
-    findings = _print_findings(document, report.verdicts, out)
+    findings, declared = _print_findings(document, report.verdicts, out)
     _print_within_rounding(report.verdicts, out)
     count = Counter(v.status for v in report.verdicts)
     first = report.first_failure_seconds
     when = "" if first is None else f"; first failure at {first:.1f} s"
-    grouped = f" ({findings} finding{'s' if findings != 1 else ''})" if count["failed"] else ""
+    explained = f", {declared} explained by the declaration" if declared else ""
+    grouped = f" ({findings} finding{'s' if findings != 1 else ''}{explained})"
+    grouped = grouped if count["failed"] else ""
     rounding = f", {count['within_rounding']} within rounding" if count["within_rounding"] else ""
     totals = document["totals"]
     where = f"report in {report_dir}" if keep else "no report kept: --report DIR keeps one"
@@ -500,20 +510,32 @@ def _checked(
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def _print_findings(document: dict[str, Any], verdicts: Any, out: Any) -> int:
-    """Print the failures grouped by root cause (the run document's findings); return how many.
+def _print_findings(document: dict[str, Any], verdicts: Any, out: Any) -> tuple[int, int]:
+    """Print the failures grouped by root cause (the run document's findings).
 
-    Each finding names every property it broke and shows the message of the first (with its
-    repro and replay lines); the per-property verdicts stay in run.json.
+    Each finding names every property it broke and shows its message (with its repro and
+    replay lines; the verdict's, richer, where the finding is its property's first failure).
+    Defects come first; the findings a change to the declaration explains (``kind``
+    ``declaration``) come after them, apart. Returns (findings, declaration findings); the
+    per-property verdicts stay in run.json.
     """
     from linattn_verify.diagnosis import SHAPE_NOTE
 
     by_property = {v.property: v for v in verdicts}
-    findings = document.get("failures") or []
-    for n, finding in enumerate(findings, start=1):
+    found = document.get("failures") or []
+    findings = [f for f in found if f.get("kind") != "declaration"]
+    declared = [f for f in found if f.get("kind") == "declaration"]
+    for n, finding in enumerate(findings + declared, start=1):
+        if n == len(findings) + 1:
+            print(
+                "\nExplained by the declaration (a change to what was declared makes each "
+                "pass: check the declaration before the kernel):",
+                file=out,
+            )
         properties = finding.get("properties") or [finding["property"]]
-        verdict = by_property.get(properties[0])
-        message = verdict.message if verdict is not None and verdict.message else ""
+        verdict = by_property.get(finding["property"])
+        own = verdict is not None and verdict.failure_file == finding.get("failure_file")
+        message = verdict.message if verdict is not None and own else ""
         what = "property" if len(properties) == 1 else f"{len(properties)} properties"
         print(f"\nFinding {n} ({what}: {', '.join(properties)})", file=out)
         print(message or finding["message"], file=out)
@@ -527,7 +549,7 @@ def _print_findings(document: dict[str, Any], verdicts: Any, out: Any) -> int:
         )
         for line in shapes:
             print(f"{line} (seen by another property of this finding)", file=out)
-    return len(findings)
+    return len(found), len(declared)
 
 
 def _print_within_rounding(verdicts: Any, out: Any) -> None:

@@ -14,6 +14,7 @@ from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from linattn_verify.core.arguments import csv_of, dtypes_of, globs, nonnegative, positive
 from linattn_verify.progress import Progress
 from linattn_verify.results import FAIL_THRESHOLD, CaseRecord
+from linattn_verify.run_clock import GroupClock
 from linattn_verify.typing import GATES, KERNEL_DTYPES
 
 DEFAULT_KERNELS = ("triton/*", "fla/*")
@@ -107,7 +108,9 @@ def command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    groups = [(k, d) for k in kernels for d in args.dtypes if d in k.capabilities.dtypes]
+    # Dtype by dtype, every kernel once per dtype: the costliest kernel is seen (and timed, for
+    # the time left: `GroupClock`) within the first pass, not last.
+    groups = [(k, d) for d in args.dtypes for k in kernels if d in k.capabilities.dtypes]
     settings = GroupSettings(
         examples=args.examples,
         max_seq_len=args.max_seq_len,
@@ -140,9 +143,11 @@ def command(args: argparse.Namespace) -> int:
         f"writing {writer.lines_path}"
     )
     started = time.perf_counter()
+    clock = GroupClock([(k.name, d) for k, d in groups], args.examples, args.workers)
     # The plan: the draws may make fewer cases, the side-by-side ones add some.
-    with Progress("run", len(groups) * args.examples, verbose=args.verbose) as bar:
-        _run_groups(groups, settings, args.workers, writer.add_case, bar)
+    total = len(groups) * args.examples
+    with Progress("run", total, verbose=args.verbose, left=clock.seconds_left) as bar:
+        _run_groups(groups, settings, args.workers, writer.add_case, bar, clock)
         bar.settle()
     document = writer.finish()
     print(_summary(document, time.perf_counter() - started))
@@ -170,6 +175,7 @@ def _run_groups(
     workers: int,
     emit: Any,
     bar: Progress,
+    clock: GroupClock,
 ) -> None:
     """Run every (kernel, dtype) group, in this process or over ``workers`` processes.
 
@@ -181,14 +187,18 @@ def _run_groups(
 
     if workers <= 1:
         for kernel, dtype in groups:
+            group = (kernel.name, dtype)
 
-            def emit_and_advance(record: CaseRecord) -> None:
+            def emit_and_advance(record: CaseRecord, group: tuple[str, str] = group) -> None:
                 emit(record)
+                clock.advanced(group)
                 bar.advance(failed=not record.ok, line=progress_line(record))
 
+            clock.started(group)
             run_group(kernel, dtype, settings, emit_and_advance)
+            clock.finished(group)
         return
-    _run_groups_in_workers(groups, settings, workers, emit, bar)
+    _run_groups_in_workers(groups, settings, workers, emit, bar, clock)
 
 
 def _run_groups_in_workers(
@@ -197,6 +207,7 @@ def _run_groups_in_workers(
     workers: int,
     emit: Any,
     bar: Progress,
+    clock: GroupClock,
 ) -> None:
     """`_run_groups` over ``workers`` spawned processes; the bar follows the workers' queue."""
     import multiprocessing
@@ -219,6 +230,7 @@ def _run_groups_in_workers(
                 wait = 0.0
                 if (name, dtype) not in finished:
                     counted[name, dtype] = counted.get((name, dtype), 0) + 1
+                    clock.advanced((name, dtype))
                     bar.advance(failed=not ok, line=line)
         except queues.Empty:
             pass
@@ -242,6 +254,7 @@ def _run_groups_in_workers(
                 for record in records[counted.get(group, 0) :]:
                     bar.advance(failed=not record.ok, line=progress_line(record))
                 finished.add(group)
+                clock.finished(group)
                 for record in records:
                     emit(record)
 

@@ -13,7 +13,11 @@ element, finite where finite), after the plainest, an o of zeros where the exact
   feature maps with φ(0) = 0 (identity, relu), where a zero key adds nothing;
 * **a wrong scale**: o = c · (exact o) at every element for one c != 1 (least squares over the
   verifiable elements), judged against |c| B (every term of o scales by c, and so does its
-  rounding); unnormalized outputs only (a normalized o cancels most of a scale).
+  rounding); unnormalized outputs only (a normalized o cancels most of a scale);
+* **a permutation**: o is the exact o with its batch rows, tokens, heads or value columns
+  reordered (an index mixed up in the kernel's addressing): each slice of o along that axis is
+  within its bound of a distinct slice of the exact o, and not all of them of their own. Axes
+  of at most `PERMUTED_AXIS_MAX` entries (the search compares every pair of slices).
 
 Each is a statement about this case only: "consistent with", never "is".
 """
@@ -34,6 +38,11 @@ ZERO_AT_ZERO = ("identity", "relu")
 
 SAME_SCALE = 1e-3
 """A fitted ratio within this of 1 is no wrong scale (the comparison would not have failed)."""
+
+PERMUTED_AXIS_MAX = 64
+"""The longest axis searched for a permutation (its pairs of slices are compared)."""
+
+_AXES = ((0, "batch rows", "b"), (1, "tokens", "t"), (2, "heads", "h"), (3, "value columns", "c"))
 
 
 def recognised(
@@ -86,7 +95,43 @@ def recognised(
                     f"a wrong scale? The declared scale is {s:.4g} (K^-1/2 = "
                     f"{problem.q.shape[-1] ** -0.5:.4g}); the kernel's o is that of {c * s:.4g}"
                 )
+    for axis, what, letter in _AXES:
+        order = _permutation(o, exact, axis)
+        if order is not None:
+            swaps = [f"{letter}={i} holds {letter}={j}" for i, j in enumerate(order) if i != j]
+            more = f", ... ({len(swaps)} moved)" if len(swaps) > 6 else ""
+            return (
+                f"o is the exact o with its {what} permuted, within its bound: "
+                f"{', '.join(swaps[:6])}{more} (an index mixed up in the kernel's addressing?)"
+            )
     return None
+
+
+def _permutation(o: torch.Tensor, exact: TensorBound, axis: int) -> list[int] | None:
+    """The reordering of the exact o along ``axis`` that o is, or `None`.
+
+    Slice i of o must be within its bound of a distinct slice j(i) of the exact o; `None` when
+    no such order exists or it is the identity.
+    """
+    n = o.shape[axis]
+    if not 1 < n <= PERMUTED_AXIS_MAX:
+        return None
+    x, bound, verifiable = exact.reference, exact.bound, exact.verifiable
+
+    def fits(i: int, j: int) -> bool:
+        return _within(
+            o.select(axis, i), x.select(axis, j), bound.select(axis, j), verifiable.select(axis, j)
+        )
+
+    order: list[int] = []
+    for i in range(n):
+        # Its own slice first: equal slices (ties) then keep their places.
+        free = [i] + [j for j in range(n) if j != i]
+        match = next((j for j in free if j not in order and fits(i, j)), None)
+        if match is None:
+            return None
+        order.append(match)
+    return None if order == list(range(n)) else order
 
 
 def _within(
@@ -112,15 +157,20 @@ def _one_token_later(problem: Problem) -> list[tuple[str, Problem]]:
     then, s φ(q_t)^T (a_t S_{t-1}), is that with q_t ⊙ a_t (φ(a q) = a φ(q) for a > 0 and the
     maps of `ZERO_AT_ZERO`).
     """
-    k, v = torch.zeros_like(problem.k), torch.zeros_like(problem.v)
-    g = None if problem.g is None else torch.zeros_like(problem.g)
-    for _, b, start, end in problem.sequences():
-        k[b, start + 1 : end] = problem.k[b, start : end - 1]
-        v[b, start + 1 : end] = problem.v[b, start : end - 1]
-        if g is not None and problem.g is not None:
-            g[b, start + 1 : end] = problem.g[b, start : end - 1]
-    moved = problem.with_tensors(k=k, v=v, g=g)
-    if problem.g is None:
+
+    def later(x: torch.Tensor | None) -> torch.Tensor | None:
+        if x is None:
+            return None
+        y = torch.zeros_like(x)
+        for _, b, start, end in problem.sequences():
+            y[b, start + 1 : end] = x[b, start : end - 1]
+        return y
+
+    moved = problem.with_tensors(
+        k=later(problem.k), v=later(problem.v), g=later(problem.g), gv=later(problem.gv)
+    )
+    # The decayed read's q ⊙ a_t covers a key-side decay only (not a value gate's).
+    if problem.g is None or problem.gv is not None:
         return [("S_{t-1}", moved)]
     decay = torch.exp(problem.g.to(torch.float64))
     decay = decay if decay.ndim == problem.q.ndim else decay[..., None]

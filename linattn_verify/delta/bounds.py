@@ -45,13 +45,14 @@ double-double and mpmath (tests/delta): its own error, about 1e-16 relatively, i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import torch
 
 from linattn_verify.core.bound import TensorBound
 from linattn_verify.core.judging import bound_on, judging_device, problem_on
 from linattn_verify.core.reuse import reused
+from linattn_verify.core.value_gate import unfold_bound
 from linattn_verify.delta.inverse import InverseKind, inverse_kind, inverse_magnitude
 from linattn_verify.delta.kernel import DeltaRecipe
 from linattn_verify.delta.problem import DeltaProblem
@@ -66,7 +67,7 @@ from linattn_verify.delta.reference import (
 )
 from linattn_verify.delta.sweep import StateBlock, forward_blocks, keys_down
 from linattn_verify.delta.units import Units
-from linattn_verify.delta.value_gate import fold, unfold_tensor
+from linattn_verify.delta.value_gate import fold
 from linattn_verify.errors import InvalidArgument
 
 
@@ -521,21 +522,7 @@ def _value_gated_bounds(
         )
     _, _, H, _, V = problem.shape
     folded = _forward_bounds(fold(problem), recipe, causal_exact)
-
-    def back(x: torch.Tensor, name: str) -> torch.Tensor:
-        return unfold_tensor(x, name, H, V).contiguous()
-
-    return {
-        name: replace(
-            b,
-            reference=back(b.reference, name),
-            bound=back(b.bound, name),
-            magnitude=back(b.magnitude, name),
-            count=back(b.count, name),
-            verifiable=back(b.verifiable, name),
-        )
-        for name, b in folded.items()
-    }
+    return {name: unfold_bound(b, H, V) for name, b in folded.items()}
 
 
 def _tensor_bound(

@@ -100,13 +100,6 @@ class DeltaFamily(Family["DeltaKernel", "DeltaCase", "DeltaProblem"]):
             "scalar g [B, T, H] (Gated DeltaNet), vector g [B, T, H, K] (KDA). Default: none",
         )
         delta.add_argument(
-            "--value-gate",
-            action="store_true",
-            help="it takes a value gate gv=[B, T, H, V] (FLA's fused_recurrent_gated_delta_rule): "
-            "S' = diag(exp(g)) S diag(exp(gv)); judged forward only (--no-backward), under the "
-            "recurrent recipe (--form recurrent)",
-        )
-        delta.add_argument(
             "--l2norm",
             choices=("both", "on", "off"),
             default=None,

@@ -43,7 +43,7 @@ from linattn_verify.core.dd_arith import (
 )
 from linattn_verify.delta.problem import L2NORM_EPS, DeltaProblem
 from linattn_verify.delta.reference import require_delta_problem
-from linattn_verify.delta.value_gate import judged_folded
+from linattn_verify.delta.value_gate import judged
 from linattn_verify.errors import InvalidArgument
 
 
@@ -73,7 +73,7 @@ def _round(x: DD) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(hi))
 
 
-@judged_folded
+@judged
 def delta_double_double(problem: DeltaProblem) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Evaluate the delta rule token by token in double-double arithmetic.
 
@@ -128,7 +128,7 @@ def delta_double_double(problem: DeltaProblem) -> tuple[torch.Tensor, torch.Tens
     return _round(o), (_round(S_T) if p.output_final_state else None)
 
 
-@judged_folded
+@judged
 def delta_mpmath(
     problem: DeltaProblem, *, dps: int = 50
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -31,7 +31,7 @@ from typing import TypeVar
 import torch
 
 from linattn_verify.delta.problem import DeltaProblem, l2norm
-from linattn_verify.delta.value_gate import fold, judged_folded
+from linattn_verify.delta.value_gate import fold, judged
 from linattn_verify.errors import InvalidArgument
 
 SequenceResult = tuple[torch.Tensor, torch.Tensor]
@@ -184,7 +184,7 @@ def assemble(
     return o, (torch.stack(states, dim=0) if problem.output_final_state else None)
 
 
-@judged_folded
+@judged
 def delta_recurrent(problem: DeltaProblem) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Evaluate the problem token by token in float64, exactly as the recurrence is written.
 
@@ -289,7 +289,7 @@ def intermediate_range(problem: DeltaProblem, window: int) -> tuple[float, float
     return smallest, largest
 
 
-@judged_folded
+@judged
 def delta_chunked(
     problem: DeltaProblem, chunk_size: int = 16
 ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -96,7 +96,6 @@ def delta_source_from_args(args: Any, *, on_cuda: bool) -> DeltaKernelSource:
         negative_eigenvalues=args.beta_max > 1,
         unit_norm_keys=not args.any_key_norm,
         backward=not args.no_backward,
-        value_gate=args.value_gate,
         **declared_capabilities(args, fitted),
     )
     if args.value_gate and args.form != "recurrent":

@@ -18,6 +18,10 @@ breaking bit-identical reruns, and would multiply the cost of the first call by 
 configs. Not launching the rejected configs leaves the arguments as a real benchmark does:
 ``reset_to_zero`` tensors end zeroed by the reset after the pick, and ``restore_value`` tensors
 end restored. Configs other than the first are never executed on a CPU; verify them on a GPU.
+
+Versions: ``Autotuner._bench`` has the same signature and conflict check in triton 3.7, 3.8 and
+3.9. ``run`` differs around it without changing the pick: from 3.8 it skips ``_bench`` when
+pruning leaves one config (3.7 times that one config too, with the same result here).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from typing import Any
 from linattn_verify.interpreter._guard import Restorer, check
 
 NAME = "autotune"
-VERSIONS = ((3, 9), (3, 10))
-"""The Triton versions this patch was written for: >=3.9, <3.10."""
+VERSIONS = ((3, 7), (3, 10))
+"""The Triton versions this patch was written for: >=3.7, <3.10."""
 REQUIRES = ("triton.runtime.autotuner.Autotuner._bench", "triton.runtime.autotuner.Autotuner.run")
 """The internals it replaces (``_bench``) or relies on calling it (``run``)."""
 

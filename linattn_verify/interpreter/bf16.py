@@ -5,6 +5,9 @@ Gap: the interpreter stores bf16 values as their raw uint16 bit patterns (numpy 
 and hands those patterns to numpy as if they were numbers: ``+ - * /``, comparisons, min/max,
 ``tl.sum``, ``tl.cumsum`` and ``tl.dot`` on bf16 operate on integers, so bf16 kernels return
 garbage without any error, and fp32 -> bf16 casts truncate the mantissa instead of rounding.
+Before triton 3.9 the builder also lacks ``get_bf16``, which ``TritonSemantic.scalar_constant``
+looks up (``get_{dtype.name}``) for every bf16 constant, so ``x * 0.1`` on a bf16 ``x`` fails
+with "'InterpreterBuilder' object has no attribute 'get_bf16'".
 
 Fix: wrap the interpreter builder's bf16 entry points so each operation decodes its bf16
 operands to fp32 (exact: bf16 is the top half of an fp32), computes in fp32 (fp64 for fma and
@@ -25,6 +28,12 @@ bf16 operation, and torch's ``.to(torch.bfloat16)`` for fp32 inputs:
   accumulate in fp32 into the fp32 accumulator, as tensor cores do.
 - NaN keeps its sign and becomes quiet; infinities and overflow to infinity follow IEEE.
 
+Versions: the bf16 entry points wrapped here have the same signatures in triton 3.7, 3.8 and
+3.9, and the wrappers only decode arguments and encode results, so they do not depend on what
+the originals do with fp32 data (3.8 and 3.9 clamp without NaN propagation by ``fmax``/``fmin``
+where 3.7 clips, for instance). ``get_bf16`` is set whether or not the builder has one:
+replaced on 3.9, added on 3.7 and 3.8 (and removed again by `Restorer.restore`).
+
 Not covered: atomics on bf16 memory (the interpreter's C++ atomics add raw bits), fp8
 conversions (left to the interpreter), and ``tl.fma`` on bf16 rounds via fp64 (correct
 except in contrived cases where fp64 itself rounds the exact sum onto a bf16 midpoint).
@@ -38,13 +47,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from linattn_verify.interpreter._guard import Restorer, check
+from linattn_verify.interpreter._guard import Requirement, Restorer, Versioned, check
 
 NAME = "bf16"
-VERSIONS = ((3, 9), (3, 10))
-"""The Triton versions this patch was written for: >=3.9, <3.10."""
+VERSIONS = ((3, 7), (3, 10))
+"""The Triton versions this patch was written for: >=3.7, <3.10."""
 _BUILDER = "triton.runtime.interpreter.InterpreterBuilder"
-REQUIRES = (
+REQUIRES: tuple[Requirement, ...] = (
     *(
         f"{_BUILDER}.{m}"
         for m in (
@@ -57,9 +66,10 @@ REQUIRES = (
             "create_erf",
             "create_rsqrt",
             "create_clampf",
-            "get_bf16",
         )
     ),
+    # Replaced where it exists; triton 3.7 and 3.8 builders have none, and the patch adds it.
+    Versioned(f"{_BUILDER}.get_bf16", ((3, 9), (3, 10))),
     "triton.runtime.interpreter.ReduceOps.sum",
     "triton.runtime.interpreter.ReduceOps.min_max",
     "triton.runtime.interpreter.ReduceOps.to_tensor",
@@ -236,7 +246,11 @@ def _make_dot(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _get_bf16(self: Any, value: float) -> Any:
-    """A bf16 constant: Python floats are fp64, so round once from fp64."""
+    """A bf16 constant: Python floats are fp64, so round once from fp64.
+
+    Triton 3.9's own rounds the value to fp32 and then truncates it to bf16; 3.7 and 3.8 have
+    no such method, and every bf16 constant fails without this one.
+    """
     import triton.language as tl
     from triton.runtime.interpreter import TensorHandle
 

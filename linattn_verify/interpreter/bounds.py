@@ -19,6 +19,16 @@ arithmetic (``create_addptr``) and the shape operations a pointer block goes thr
 broadcast, expand_dims, reshape, trans, select, cat, join). Where no name travelled (pointers
 from tensor descriptors or integers), the message names the nearest argument.
 
+Versions: the masked load and store entry points take the cache hints as
+``(cache_modifier, eviction_policy)`` up to triton 3.8 and as one ``cache_policy`` from 3.9;
+the wrappers read only the pointers and the mask and pass every other argument on as given, so
+one wrapper fits every signature. The mask is an interpreter ``TensorHandle`` from ``tl.load``
+and ``tl.store``, but a bare numpy bool array from tensor descriptors before 3.9 and from 3.7's
+block pointers (``create_tensor_pointer_load``/``_store`` route through the masked entry
+points, so they are checked too); both are accepted. Block pointers in 3.8 are built from
+pointer arithmetic and carry their argument's name; 3.7's, like descriptors, name the nearest
+argument.
+
 Scope: addresses that belong to memory the launch was not given (a pointer passed as an
 integer, scratch allocated by ``triton.set_allocator``) are reported too; turn the patch off
 for such kernels.
@@ -36,8 +46,8 @@ import numpy.typing as npt
 from linattn_verify.interpreter._guard import Restorer, check
 
 NAME = "bounds"
-VERSIONS = ((3, 9), (3, 10))
-"""The Triton versions this patch was written for: >=3.9, <3.10."""
+VERSIONS = ((3, 7), (3, 10))
+"""The Triton versions this patch was written for: >=3.7, <3.10."""
 _INTERP = "triton.runtime.interpreter"
 _PROPAGATING = (
     "create_addptr",
@@ -165,7 +175,12 @@ def _check(op: str, ptrs: Any, mask: Any) -> None:
 
     launch = _LAUNCHES[-1]
     addresses = np.asarray(ptrs.data, dtype=np.uint64)
-    active = np.ones(addresses.shape, dtype=bool) if mask is None else mask.data
+    if mask is None:
+        active = np.ones(addresses.shape, dtype=bool)
+    else:
+        # Tensor descriptors before triton 3.9 and block pointers in 3.7 pass the mask as a bare
+        # numpy array (whose own ``.data`` is a raw buffer), everything else as a TensorHandle.
+        active = mask if isinstance(mask, np.ndarray) else mask.data
     active = np.broadcast_to(np.asarray(active, dtype=bool), addresses.shape)
     element = ptrs.get_element_ty()
     width = max(1, element.primitive_bitwidth // 8)
@@ -257,20 +272,26 @@ def _make_propagating(original: Callable[..., Any]) -> Callable[..., Any]:
     return propagate
 
 
+# The masked load and store take (..., cache_modifier, eviction_policy[, is_volatile]) up to
+# triton 3.8 and (..., cache_policy[, is_volatile]) from 3.9, by position or by keyword
+# depending on the caller. Only the leading pointers and mask matter here; whatever follows is
+# passed on untouched, so the wrappers fit both signatures without asking which one is there.
+
+
 def _make_load(original: Callable[..., Any]) -> Callable[..., Any]:
-    def create_masked_load(
-        self: Any, ptrs: Any, mask: Any, other: Any, cache_policy: Any, is_volatile: Any
-    ) -> Any:
+    def create_masked_load(self: Any, ptrs: Any, mask: Any, *rest: Any, **options: Any) -> Any:
         _check("load", ptrs, mask)
-        return original(self, ptrs, mask, other, cache_policy, is_volatile)
+        return original(self, ptrs, mask, *rest, **options)
 
     return create_masked_load
 
 
 def _make_store(original: Callable[..., Any]) -> Callable[..., Any]:
-    def create_masked_store(self: Any, ptrs: Any, value: Any, mask: Any, cache_policy: Any) -> Any:
+    def create_masked_store(
+        self: Any, ptrs: Any, value: Any, mask: Any, *rest: Any, **options: Any
+    ) -> Any:
         _check("store", ptrs, mask)
-        return original(self, ptrs, value, mask, cache_policy)
+        return original(self, ptrs, value, mask, *rest, **options)
 
     return create_masked_store
 

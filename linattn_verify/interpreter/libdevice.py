@@ -17,6 +17,9 @@ elementary functions. The ``fast_*`` versions are accurate here (numpy), not app
 on a GPU: error bounds must budget for the approximation, a CPU run does not show it.
 ``round`` rounds halves away from zero (C ``round``), ``rint`` to even. Kernels that bound a
 function directly (``from ...libdevice import exp``) keep the stub; import the module instead.
+
+Versions: both modules, and the interpreter helpers used here, are the same in triton 3.7, 3.8
+and 3.9.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ import numpy.typing as npt
 from linattn_verify.interpreter._guard import Restorer, check
 
 NAME = "libdevice"
-VERSIONS = ((3, 9), (3, 10))
-"""The Triton versions this patch was written for: >=3.9, <3.10."""
+VERSIONS = ((3, 7), (3, 10))
+"""The Triton versions this patch was written for: >=3.7, <3.10."""
 REQUIRES = (
     "triton.language.extra.libdevice",
     "triton.runtime.interpreter.TensorHandle",

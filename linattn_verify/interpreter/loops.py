@@ -22,6 +22,10 @@ The helper reaches the kernel's globals the way ``interpreter_semantic`` does: t
 copies the interpreter module's globals into the kernel's (``FunctionRewriter._compile_and_exec``).
 Rewritten functions are cached (``InterpretedFunction.rewritten_fn``); applying or reverting
 the patch clears that cache so every kernel is rewritten again.
+
+Versions: triton 3.7, 3.8 and 3.9 share the rewriter, the ``range``/``tl.range`` replacement
+(``arg1, arg2, step`` and loop options) and the compiler's induction type; 3.9's transformer
+also rewrites chained comparisons (``visit_Compare``), which the subclass inherits untouched.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ import numpy as np
 from linattn_verify.interpreter._guard import Restorer, check
 
 NAME = "loops"
-VERSIONS = ((3, 9), (3, 10))
-"""The Triton versions this patch was written for: >=3.9, <3.10."""
+VERSIONS = ((3, 7), (3, 10))
+"""The Triton versions this patch was written for: >=3.7, <3.10."""
 REQUIRES = (
     "triton.runtime.interpreter.ASTTransformer",
     "triton.runtime.interpreter.FunctionRewriter.ast_transformer",

@@ -97,6 +97,7 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
             cu_seqlens=tensors.get("cu_seqlens"),
             feature_weights=tensors.get("feature_weights"),
             query_feature_map=case.query_feature_map,
+            gv=tensors.get("gv"),
         )
         return dataclasses.replace(problem, omit=frozenset(case.omit))
 
@@ -280,6 +281,7 @@ class LinearAttnFamily(Family["Kernel", "ProblemSpec", "Problem"]):
         positional = ["q", "k", "v"] + (["g"] if capabilities.decay else [])
         keywords = [name for name, fit in fitted.items() if fit.supported]
         keywords += ["feature_weights"] if args.feature_map == "favor+" else []
+        keywords += ["gv"] if args.value_gate else []
         convention = "fn(q, k, v[, g], *, scale, initial_state, output_final_state[, cu_seqlens])"
         check_call(fn, positional, keywords, convention)
         return KernelSource(

@@ -125,6 +125,10 @@ class Capabilities:
         seq_len_multiple: T must be a multiple of it (linear-attention-transformer's causal
             attention asserts T % bucket_size == 0): no other T is drawn. Not with ``varlen``.
             Default: `1`.
+        value_gate: Takes a value gate ``gv=`` ``[B, T, H, V]`` (FLA's ``fused_recurrent_gla``):
+            S_t = diag(exp(g_t)) S_{t-1} diag(exp(gv_t)) + φ(k_t) v_t^T, on every case
+            (`linattn_verify.linear_attn.value_gate`). Judged forward only, unnormalized: it
+            needs ``backward=False`` and ``normalize=(False,)``. Default: `False`.
     """
 
     normalize: tuple[bool, ...] = (False,)
@@ -156,9 +160,17 @@ class Capabilities:
     seq_len_at_least_heads: bool = False
     query_feature_map: FeatureMap | None = None
     seq_len_multiple: int = 1
+    value_gate: bool = False
 
     def __post_init__(self) -> None:
         check_layouts(self.layout, self.state_layout)
+        if self.value_gate and (self.backward or self.normalize != (False,)):
+            raise InvalidArgument(
+                f"Got value_gate=True with backward={self.backward}, normalize="
+                f"{self.normalize}: a value gate is judged forward only (no gradients yet) and "
+                "unnormalized (the key sum z has no value columns): backward=False, "
+                "normalize=(False,)."
+            )
         multiple = self.seq_len_multiple
         if (
             isinstance(multiple, bool)
@@ -298,6 +310,7 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
             (problem.cu_seqlens is None or cap.varlen, "no varlen support"),
             (problem.initial_state is None or cap.initial_state, "no initial-state support"),
             (not problem.output_final_state or cap.final_state, "no final-state output"),
+            ((problem.gv is not None) == cap.value_gate, "value gate gv not as declared"),
             (
                 cap.min_head_dim <= min(K, V) and max(K, V) <= cap.max_head_dim,
                 f"head dims K={K}, V={V} outside [{cap.min_head_dim}, {cap.max_head_dim}]",
@@ -357,6 +370,8 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
             kwargs.update(normalize=p.normalize, eps=p.eps, feature_map=p.feature_map)
         if p.feature_weights is not None:
             kwargs["feature_weights"] = p.feature_weights
+        if cap.value_gate:
+            kwargs["gv"] = tokens_in(p.gv, cap.layout)
         for name in left_out - set(self.options):
             kwargs.pop(name, None)
         declared = {
@@ -368,6 +383,7 @@ class Kernel(KernelBase[Capabilities, PrecisionRecipe]):
             "eps": cap.configurable,
             "feature_map": cap.configurable,
             "feature_weights": "favor+" in cap.feature_maps,
+            "gv": cap.value_gate,
         }
         features = {n for n, on in declared.items() if on} | set(self.options)
         kwargs = keywords_for(self.fn, kwargs, features)

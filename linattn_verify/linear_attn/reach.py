@@ -86,6 +86,8 @@ def reach_spec(kernel: Kernel, size: Size, seed: int) -> ProblemSpec:
         seed=rng.randrange(2**31),
         gate="vector" if vector else "scalar",
         query_feature_map=None if cap.query_feature_map == feature_map else cap.query_feature_map,
+        # A value gate at every size (long memory: the columns' decays stay in range).
+        value_gate="mild" if cap.value_gate else "none",
         **lifted,
     )
     if even and (spec.K % 2 or spec.V % 2):

@@ -121,6 +121,15 @@ class Problem(PackedTokens):
         key_sum_offset: What the initial key sum carries beyond the kernel's own: eps, where
             `linattn_verify.linear_attn.tolerance.as_kernel_sees` moved a kernel's eps inside
             the dot into z_0 (the kernel's returned z_T lacks it). Default: `0.0`.
+        gv: A value gate ``[B, T, H, V]`` (natural log, finite, <= 0; FLA's ``gv`` of GLA), or
+            `None`: the state decays as S_t = diag(exp(g_t)) S_{t-1} diag(exp(gv_t)) before
+            k_t v_t^T is added; unnormalized problems only (z has no value columns to gate).
+            Judged as H·V single-column problems (`linattn_verify.linear_attn.value_gate`).
+            Default: `None`.
+        gate_factors: The exponentials that form each step's decay: 1, or 2 on a problem whose
+            g is a folded g + gv (the kernel decays by exp(g) and exp(gv) apart), where each
+            decay weight's rounding is charged per factor (`SequenceTerms.weight_error`).
+            Default: `1`.
         omit: Arguments (`OMITTABLE`) a kernel call leaves out where their value is the
             default (`at_default`), to exercise the kernel's own defaults. How the kernel is
             called, not what it computes: the oracles ignore it. Default: none (every argument
@@ -144,6 +153,8 @@ class Problem(PackedTokens):
     query_feature_map: FeatureMap | None = None
     clamp: bool = False
     key_sum_offset: float = 0.0
+    gv: torch.Tensor | None = None
+    gate_factors: int = 1
 
     family = "linear_attn"
 
@@ -238,6 +249,10 @@ class Problem(PackedTokens):
         if self.g is not None:
             gate = "vector decay g[B,T,H,K]" if self.vector_gate else "decay g"
             parts.append(f"{gate} in [{float(self.g.min()):.3g}, {float(self.g.max()):.3g}]")
+        if self.gv is not None:
+            parts.append(
+                f"value gate gv in [{float(self.gv.min()):.3g}, {float(self.gv.max()):.3g}]"
+            )
         if self.initial_state is not None:
             parts.append("initial_state")
         if self.output_final_state:
@@ -249,12 +264,17 @@ class Problem(PackedTokens):
         return " ".join(parts)
 
     def inputs(self) -> dict[str, torch.Tensor]:
-        """Return the differentiable inputs that exist, by name (``q`` ... ``initial_key_sum``)."""
+        """Return the differentiable inputs that exist, by name (``q`` ... ``initial_key_sum``).
+
+        ``gv`` among them, so every property that transforms the inputs (a layout, a
+        permutation of heads) transforms it alike; its gradient is not judged.
+        """
         named = {
             "q": self.q,
             "k": self.k,
             "v": self.v,
             "g": self.g,
+            "gv": self.gv,
             "initial_state": self.initial_state,
             "initial_key_sum": self.initial_key_sum,
         }
@@ -289,6 +309,7 @@ class Problem(PackedTokens):
             "initial_key_sum",
             "cu_seqlens",
             "feature_weights",
+            "gv",
         }
         unknown = sorted(set(changes) - tensors)
         if unknown:
@@ -330,6 +351,7 @@ def validate_problem(
     cu_seqlens: Any = None,
     feature_weights: Any = None,
     query_feature_map: Any = None,
+    gv: Any = None,
 ) -> Problem:
     """Check one instance of the function and resolve its options.
 
@@ -353,6 +375,8 @@ def validate_problem(
             Default: `None`.
         query_feature_map: The queries' own map, or `None` for ``feature_map`` on both. Where
             it differs, both maps must keep K features (`KEEPS_K`). Default: `None`.
+        gv: A value gate ``[B, T, H, V]``, finite and <= 0, on q's device; unnormalized
+            problems only. Default: `None`.
 
     Returns:
         The validated `Problem`.
@@ -417,6 +441,7 @@ def validate_problem(
     N = B if bounds is None else bounds.numel() - 1
     F = feature_dim(fmap, K, 0 if W is None else W.shape[0])
     S0, z0 = _check_initial_state(initial_state, normalize, N, H, F, v.shape[-1], q.device)
+    gv = _check_value_gate(gv, v, normalize)
     return Problem(
         q=q,
         k=k,
@@ -432,7 +457,29 @@ def validate_problem(
         cu_seqlens=bounds,
         feature_weights=W,
         query_feature_map=qmap,
+        gv=gv,
     )
+
+
+def _check_value_gate(gv: Any, v: torch.Tensor, normalize: bool) -> torch.Tensor | None:
+    """Return the value gate ``[B, T, H, V]`` (or `None`), else raise naming ``gv``."""
+    if gv is None:
+        return None
+    gate = check_tensor("gv", gv, 4, "[B, T, H, V]")
+    if gate.shape != v.shape:
+        raise _fail(
+            f"Expected gv of shape [B, T, H, V] = {tuple(v.shape)} but got {tuple(gate.shape)}."
+        )
+    if gate.device != v.device:
+        raise _fail(f"Expected gv on {v.device} (as v) but got {gate.device}.")
+    if bool((gate > 0).any()):
+        raise _fail(f"Expected gv <= 0 (a log decay) but got max(gv)={float(gate.max()):.6g}.")
+    if normalize:
+        raise _fail(
+            "Got gv with normalize=True; a value gate decays the state's value columns, and "
+            "the key sum z has none: value gates are for unnormalized problems."
+        )
+    return gate
 
 
 def _check_feature_weights(

@@ -45,19 +45,11 @@ are *unverifiable* and judged by the residual alone):
 Rows whose every term is exactly zero (M^Z = 0, the 0/0 row of
 `linattn_verify.linear_attn.semantics`) have an exact result 0 and bound 0.
 
-**Gradients** (§5). With δ_t = do_t·o_t, ζ_t = 1/|Z_t| (1 unnormalized) and
-dP_tj = (do_t·v_j - δ_t) ζ_t, the magnitude of dP is R_tj = (|do_t|·|v_j| + |do_t|·|o_t|) ζ_t and
-
-    dq̃_t = s Σ_j w_tj dP_tj k̃_j     dk̃_j = s Σ_t w_tj dP_tj q̃_t + w_Tj (dS_T v_j + dz_T)
-    dv_j = s Σ_t w_tj A_tj ζ_t do_t + w_Tj dS_T^T k̃_j
-    dG_t = q̃_t·dq̃_t - k̃_t·dk̃_t (+ ⟨dS_T, S_T⟩ + ⟨dz_T, z_T⟩ at t = T),  dg_s = Σ_{t>=s} dG_t
-
-Each gradient term's relative error is u_acc (c_fwd + c_rev + V + 8) + ε_w + casts + tf32 +
-e_Z(t), where c_rev counts the reverse accumulation (over t for fixed j; T - j + 1 + dec for the
-parallel form) and e_Z = B^Z/|Z| the relative error of the kernel's denominator; the error of the
-kernel's own ô used in δ_t contributes |do_t|·B^o_t ζ_t absolutely. The dg magnitude is the larger
-row-sum-plus-column-sum one (the q·dq - k·dk algorithm), and its reverse cumsum adds (T - s + 1)
-roundings. Gradient elements that depend on an unverifiable denominator are unverifiable.
+**Gradients** (docs/error-model.md §5, the formulas there). Each gradient term's relative error
+is u_acc (c_fwd + c_rev + V + 8) + ε_w + casts + tf32 + e_Z(t), with c_rev the reverse
+accumulation's count and e_Z = B^Z/|Z|; the kernel's own ô used in δ_t = do_t·o_t contributes
+|do_t|·B^o_t ζ_t absolutely, and dg's reverse cumsum adds (T - s + 1) roundings. Gradient
+elements that depend on an unverifiable denominator are unverifiable.
 
 **Undefined elements** (docs/error-model.md §3). Where the exact denominator Z_t is exactly 0 the
 exact o_t is undefined, and so is every gradient element that depends on row t (`depends_on_rows`:
@@ -77,6 +69,7 @@ from linattn_verify.core.bound import Residual, TensorBound, ZeroDenominator
 from linattn_verify.core.judging import bound_on, judging_device
 from linattn_verify.core.placement import moved_to
 from linattn_verify.core.reuse import reused
+from linattn_verify.core.value_gate import unfold_bound, unfold_tensor
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn._bounds.assembly import (
     GRADIENT_NAMES,
@@ -102,8 +95,10 @@ from linattn_verify.linear_attn._bounds.terms import (
 )
 from linattn_verify.linear_attn._bounds.units import Units
 from linattn_verify.linear_attn.exact_gradients import reference_gradients
+from linattn_verify.linear_attn.kernel_view import as_kernel_sees
 from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.value_gate import fold
 
 
 @dataclass(frozen=True)
@@ -147,45 +142,6 @@ def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, Units]
     return p, Units.of(recipe, problem.q.dtype)
 
 
-def as_kernel_sees(problem: Problem, recipe: PrecisionRecipe) -> Problem:
-    """Return ``problem`` with eps as the kernel adds it: rounded to the recipe's ``eps_dtype``.
-
-    The one place eps is rounded: the bounds (and so every comparison) judge this problem.
-
-    eps inside the dot (``recipe.normalizer == "in-dot"``: s φ(q)·(z_t + eps)) is, without decay,
-    exactly the offset form with eps = 0 and the initial key sum z_0 + eps (z_t + eps =
-    (z_0 + eps) + Σ φ(k)), so every oracle and bound judges that problem unchanged; its final
-    key sum is z_T + eps (`Problem.key_sum_offset` records the eps, which `forward_bounds` takes
-    back off the reference; judging a judged problem again adds nothing). A decayed key sum
-    would decay that eps too, so the form is refused with decay. The shifted z_0 is float64
-    (the judged problem is float64 throughout), exact for z_0 = 0. A clamped denominator,
-    max(s φ(q)·z, eps), is the problem's own ``clamp``, which every oracle and bound reads.
-    """
-    eps = recipe.effective_eps(problem.eps, problem.q.dtype)
-    if recipe.normalizer == "offset" or not problem.normalize:
-        return replace(problem, eps=eps)
-    if recipe.normalizer == "clamp":
-        return replace(problem, eps=eps, clamp=True)
-    if problem.g is not None:
-        raise InvalidArgument(
-            "eps inside the dot (normalizer='in-dot') is judged without decay only: a decayed "
-            "key sum would decay its eps too; got a problem with g."
-        )
-    N, H, F, V = problem.num_sequences, problem.q.shape[2], problem.feature_dim, problem.v.shape[-1]
-    f64, device = torch.float64, problem.q.device
-    S0 = problem.initial_state
-    z0 = problem.initial_key_sum
-    return replace(
-        problem,
-        eps=0.0,
-        initial_state=torch.zeros(N, H, F, V, dtype=f64, device=device) if S0 is None else S0,
-        initial_key_sum=(torch.zeros(N, H, F, dtype=f64, device=device) if z0 is None else z0)
-        .to(f64)
-        .add(eps),
-        key_sum_offset=problem.key_sum_offset + eps,
-    )
-
-
 def forward_bounds(
     problem: Problem,
     recipe: PrecisionRecipe,
@@ -197,7 +153,8 @@ def forward_bounds(
 ) -> ForwardBounds:
     """Compute the exact forward result and its error bounds for a kernel following ``recipe``.
 
-    A vector gate (g ``[B, T, H, K]``) is covered (docs/error-model.md §2.7). Time and memory
+    A vector gate (g ``[B, T, H, K]``) is covered (docs/error-model.md §2.7), and a value gate
+    gv (forward only: `linattn_verify.linear_attn.value_gate`, §2.9). Time and memory
     are O(T) per sequence past `DENSE_TOKENS` tokens (`DENSE_VECTOR_TOKENS` under a vector gate),
     O(T²) (O(T²K)) up to there: docs/error-model.md §6.5.
 
@@ -230,6 +187,25 @@ def forward_bounds(
         last call if its arguments were equal (the caller must not write into it).
     """
     key = (problem, recipe, zero_denominator, causal_exact, scan_block, head_group)
+    if problem.gv is not None:
+        # A value gate: the bounds of its single-column fold, put back in order; forward only
+        # (no pieces for gradient bounds: a value gate's gradients are not judged).
+        _, _, H, _, V = problem.shape
+        folded = forward_bounds(
+            fold(problem),
+            recipe,
+            zero_denominator=zero_denominator,
+            causal_exact=causal_exact,
+            scan_block=scan_block,
+        )
+        tensors = {name: unfold_bound(b, H, V) for name, b in folded.tensors.items()}
+        state = tensors.get("final_state")
+        return ForwardBounds(
+            o=tensors["o"].bound,
+            final_state=None if state is None else state.bound,
+            final_key_sum=None,
+            tensors=tensors,
+        )
     return reused(
         "linear.forward_bounds",
         key,
@@ -410,6 +386,8 @@ def backward_bounds(
     if not isinstance(do, torch.Tensor) or tuple(do.shape) != tuple(problem.v.shape):
         got = tuple(do.shape) if isinstance(do, torch.Tensor) else type(do).__name__
         raise InvalidArgument(f"Expected do of shape {tuple(problem.v.shape)} but got {got}.")
+    if problem.gv is not None:
+        raise InvalidArgument("Got a problem with a value gate gv: its gradients are not judged.")
     fb = forward or forward_bounds(problem, recipe, causal_exact=causal_exact)
     p, units = _judged(problem, recipe, fb)
     judge = p.q.device
@@ -549,6 +527,10 @@ def overflow_elements(
     p, units = _prepare(problem, recipe)
     if units.overflow_arith == float("inf") and units.overflow_division == float("inf"):
         return {}
+    if problem.gv is not None:  # forward only: the masks of the fold, put back in order
+        _, _, H, _, V = problem.shape
+        masks = overflow_elements(fold(problem), recipe, causal_exact=causal_exact)
+        return {name: unfold_tensor(m, name, H, V) for name, m in masks.items()}
     fb = forward_bounds(problem, recipe, causal_exact=causal_exact)
     B, T, H, _, V = p.shape
     rows, ends = Rows(p, p.q.device), States(p.num_sequences, H)

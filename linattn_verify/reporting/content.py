@@ -276,7 +276,8 @@ def findings_table(document: Mapping[str, Any]) -> Table:
                 str(f["kernel"]),
                 ", ".join(str(p) for p in properties),
                 _text(f.get("dtypes") or f.get("dtype")),
-                _text(f.get("severity")),
+                _text(f.get("severity"))
+                + (" (declaration)" if f.get("kind") == "declaration" else ""),
                 _text(f.get("tensor")),
                 format_finding_score(f),
                 str(f.get("occurrences", 1)),
@@ -290,7 +291,8 @@ def findings_table(document: Mapping[str, Any]) -> Table:
         note="Failures grouped by root cause; each replay command re-runs its minimal case "
         "(details below the map). Severity: realistic (ordinary magnitudes: the kernel is wrong "
         "on inputs it will see), extreme-range (near underflow or the dtype's largest value), "
-        "kernel failure (it raised or broke the calling convention).",
+        "kernel failure (it raised or broke the calling convention); (declaration): a change to "
+        "the declared recipe explains it, so check the declaration before the kernel.",
         status=["fail"] * len(rows),
     )
 

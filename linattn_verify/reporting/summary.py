@@ -206,13 +206,15 @@ def finding_evidence(record: CaseRecord) -> dict[str, Any]:
     bug of ours on the case. The score is the worst failed comparison against a bound (r, η or
     a pair ratio: ``score_kind`` ``"bound"``); a bit-for-bit comparison's score, an absolute
     difference, is shown only where no bound comparison failed (``"bitwise"``), so that a
-    |Δ| of 0.06 is never read as a small r.
+    |Δ| of 0.06 is never read as a small r. ``kind``: ``"declaration"`` where a change to the
+    declared recipe explains the failure (`linattn_verify.diagnosis`: "consistent with ..."),
+    else ``"defect"``.
     """
     if record.error:
-        return {"severity": "harness error"}
+        return {"severity": "harness error", "kind": "defect"}
     failed = [c for c in record.comparisons if not c.ok]
     if not failed:
-        return {"severity": "kernel failure"}
+        return {"severity": "kernel failure", "kind": "defect"}
     bound = [c for c in failed if c.kind != "bitwise"]
     worst = max(bound or failed, key=lambda c: worst_first(c.deciding))
     realistic = any(c.severity in (None, "realistic") for c in failed)
@@ -222,13 +224,31 @@ def finding_evidence(record: CaseRecord) -> dict[str, Any]:
         "score": worst.deciding,
         "score_kind": "bound" if bound else "bitwise",
         "T": record.T,
+        "kind": "declaration" if declaration_explains(record.diagnosis) else "defect",
     }
+
+
+def declaration_explains(diagnosis: str | None) -> bool:
+    """Whether a diagnosis found a declared-recipe change that explains the failure."""
+    return bool(diagnosis) and str(diagnosis).startswith("consistent with")
 
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\bnan\b|\binf\b")
 _NONFINITE = re.compile(
     r"(\w+) holds \d+ (?:NaN|non-finite) value\(s\) of \d+[^(]*first at index (\([\d, ]*\))"
 )
+
+
+_NUMBER_RUN = re.compile(r"#(?:\s*,\s*#)+")
+
+
+def _masked(message: str) -> str:
+    """``message`` with every number, and every list of numbers, masked as ``#``.
+
+    A shape of any rank is one ``#``: the same reshape error raised for a 4-d and a 5-d view
+    (a kernel reshaping v by q's head dim) is one root cause.
+    """
+    return _NUMBER_RUN.sub("#", _NUMBER.sub("#", message))
 
 
 def root_causes(record: CaseRecord) -> set[tuple[str, ...]]:
@@ -239,8 +259,8 @@ def root_causes(record: CaseRecord) -> set[tuple[str, ...]]:
       kernel failure names (``"o holds 2 NaN value(s) of 8, first at index (0, 1, 0, 0)"``):
       the same case and the same non-finite element is one root cause;
     * ``("message", kernel, text)``: a kernel failure (the kernel raised or broke the calling
-      convention: no comparison failed), by its first line with every number masked: the same
-      kernel failure whatever the case's sizes.
+      convention: no comparison failed), by its first line with every number and list of
+      numbers masked (`_masked`): the same kernel failure whatever the case's sizes.
 
     A harness error, and a failure with neither, has none: it is a finding of its own.
     """
@@ -254,7 +274,7 @@ def root_causes(record: CaseRecord) -> set[tuple[str, ...]]:
             keys.add(("nonfinite", record.kernel, record.case, tensor, str(c.worst.index)))
     if record.reason and not failed:
         first = record.reason.splitlines()[0]
-        keys.add(("message", record.kernel, _NUMBER.sub("#", first)))
+        keys.add(("message", record.kernel, _masked(first)))
         for tensor, index in _NONFINITE.findall(first):
             keys.add(("nonfinite", record.kernel, record.case, tensor, index))
     return keys
@@ -264,7 +284,7 @@ def _grouped(entries: list[tuple[dict[str, Any], set[tuple[str, ...]]]]) -> list
     """Merge the entries that share a root-cause key (transitively), in their given order.
 
     A group is its first entry, listing every property of the group in ``properties`` (in the
-    entries' order) and the sum of their ``occurrences``.
+    entries' order) and the sum of their ``occurrences``; a defect if any of them is one.
     """
     parent = list(range(len(entries)))
 
@@ -292,6 +312,9 @@ def _grouped(entries: list[tuple[dict[str, Any], set[tuple[str, ...]]]]) -> list
         group["occurrences"] += entry["occurrences"]
         if entry["property"] not in group["properties"]:
             group["properties"].append(entry["property"])
+        if entry.get("kind") == "defect":
+            # A defect on the same case explains what a declaration would: it is the finding.
+            group["kind"] = "defect"
     return [groups[root] for root in sorted(groups)]
 
 
@@ -361,13 +384,15 @@ def _by_symptom(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Merge the findings that show one symptom, in their given order.
 
     One symptom: the same kernel and tensor, failing the same way (a wrong non-finite value, or
-    an error past the bound) at the same severity. A run judges many unrelated cases, and one
-    defect fails many of them, in every dtype; a reader wants it once, with its smallest case.
+    an error past the bound) at the same severity, and of the same kind: a failure a
+    declaration explains is never merged into a defect (nor a defect into it). A run judges
+    many unrelated cases, and one defect fails many of them, in every dtype; a reader wants it
+    once, with its smallest case.
     The merged entry keeps the smallest-T case (its message, file and replay), lists every
     property and dtype (``dtypes``) and sums the occurrences. Findings without a deciding
     tensor (a kernel failure, a harness error) are left as they are.
     """
-    merged: dict[tuple[str, str, bool, str], dict[str, Any]] = {}
+    merged: dict[tuple[str, str, bool, str, str], dict[str, Any]] = {}
     out: list[dict[str, Any]] = []
     for entry in entries:
         if "tensor" not in entry:
@@ -378,6 +403,7 @@ def _by_symptom(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             base_tensor(str(entry["tensor"])),
             math.isfinite(entry["score"]),
             str(entry["severity"]),
+            str(entry.get("kind", "defect")),
         )
         group = merged.get(key)
         if group is None:

@@ -40,7 +40,7 @@ from linattn_verify.linear_attn.semantics import Problem
 from linattn_verify.linear_attn.strategies import ProblemSpec, random_cotangents
 from linattn_verify.results import PropertyResult
 
-HEAD_DIMS = {"q": 2, "k": 2, "v": 2, "g": 2, "initial_state": 1, "initial_key_sum": 1}
+HEAD_DIMS = {"q": 2, "k": 2, "v": 2, "g": 2, "gv": 2, "initial_state": 1, "initial_key_sum": 1}
 """Where each input of a problem has its head dim."""
 
 

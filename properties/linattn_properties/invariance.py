@@ -21,7 +21,7 @@ from linattn_verify.linear_attn.semantics import Problem
 from linattn_verify.linear_attn.strategies import ProblemSpec, random_cotangents
 from linattn_verify.results import PropertyResult
 
-_ROWS = ("o", "q", "k", "v", "g", "dq", "dk", "dv", "dg")
+_ROWS = ("o", "q", "k", "v", "g", "gv", "dq", "dk", "dv", "dg")
 """Tensor names laid out ``[B, T, H, ...]``; the others are states ``[N, H, ...]``."""
 
 
@@ -63,6 +63,7 @@ class Reindex:
             k=self.rows(p.k),
             v=self.rows(p.v),
             g=None if p.g is None else self.rows(p.g),
+            gv=None if p.gv is None else self.rows(p.gv),
             initial_state=st(p.initial_state),
             initial_key_sum=st(p.initial_key_sum),
             cu_seqlens=self.cu_seqlens,

@@ -54,6 +54,7 @@ def _subproblem(problem: Problem, start: int, end: int, initial_state: Any) -> P
         output_final_state=True,
         feature_weights=problem.feature_weights,
         query_feature_map=problem.query_feature_map,
+        gv=None if problem.gv is None else cut(problem.gv),
     )
 
 
@@ -235,6 +236,7 @@ def _packed(problem: Problem) -> Problem:
         k=pack(problem.k),
         v=pack(problem.v),
         g=None if problem.g is None else pack(problem.g),
+        gv=None if problem.gv is None else pack(problem.gv),
         # One sequence per former batch row: the initial states keep their [N, ...] rows.
         cu_seqlens=torch.arange(B + 1) * T,
     )

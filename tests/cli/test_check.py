@@ -374,23 +374,26 @@ def test_ctrl_c_stops_cleanly_writes_what_was_found_and_exits_130(
     assert {v["property"] for v in verdicts} == set(family_named("linear_attn").properties())
 
 
+@pytest.mark.parametrize("version", [(3, 6, 0), (3, 10, 0)], ids=["3.6", "3.10"])
 def test_a_triton_outside_the_interpreters_range_is_one_line_and_exit_2(
     target_file: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    version: tuple[int, int, int],
 ) -> None:
-    # triton 3.8.0 (what the previous torch release pins) where the interpreter's fixes were
-    # written for 3.9: refused before any search, naming the range, not a traceback.
+    # The interpreter's fixes were written for triton 3.7, 3.8 and 3.9; an older or newer one is
+    # refused before any search, naming the range, not a traceback.
     from linattn_verify import interpreter
     from linattn_verify.interpreter import _guard
 
     if not interpreter.select_mode():
         pytest.skip("a CUDA device: kernels are compiled, no interpreter patch is applied")
-    monkeypatch.setattr(_guard, "triton_version", lambda: (3, 8, 0))
+    monkeypatch.setattr(_guard, "triton_version", lambda: version)
+    installed = ".".join(map(str, version))
     assert _check(f"{target_file}:correct", report=tmp_path / "r") == EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert err[0].startswith("linattn-verify check: error: triton 3.8.0 is installed")
-    assert "needs triton >=3.9,<3.10" in err[0]
+    assert err[0].startswith(f"linattn-verify check: error: triton {installed} is installed")
+    assert "needs triton >=3.7,<3.10" in err[0]
     assert not (tmp_path / "r" / "run.json").exists()

@@ -118,12 +118,16 @@ def test_a_rounding_count_past_one_over_u_gives_no_bound_instead_of_an_error() -
 
 
 @pytest.mark.xfail(
-    strict=True,
+    # Not strict: whether the solver's inverse comes out exactly triangular is up to the CPU's
+    # LAPACK code path. On the machine of #25 it did not (the false alarm below); on the
+    # machine of 2026-11-28 (same torch 2.13.0 wheel) every comparison of this case held.
+    strict=False,
     reason="open false alarm (found after #25 by a soak at T <= 160): the delta chunk gradient "
     "bounds do not charge a pivoting solver's backward (autograd of torch.linalg.inv through the "
     "computed, not exactly triangular, inverse) for the structural zeros of a token with beta = "
-    "0 in a later chunk; dk there is 3.7e-7 against an exact 0 and a bound of 1.7e-39. Cases "
-    "past T = 32 are #26's size reach.",
+    "0 in a later chunk; dk there is 3.7e-7 against an exact 0 and a bound of 1.7e-39 where "
+    "the CPU's LAPACK leaves the inverse not exactly triangular. Cases past T = 32 are #26's "
+    "size reach.",
 )
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_pivoting_solvers_backward_in_a_later_chunk_is_charged() -> None:

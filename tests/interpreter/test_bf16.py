@@ -24,7 +24,23 @@ N = 256
 
 
 @triton.jit
-def ops_kernel(a, b, x, add, sub, mul, div, neg, lt, mx, cast, scaled, n, BLOCK: tl.constexpr):
+def ops_kernel(
+    a,
+    b,
+    x,
+    add,
+    sub,
+    mul,
+    div,
+    neg,
+    lt,
+    mx,
+    cast,
+    scaled,
+    n,
+    BLOCK: tl.constexpr,
+    CONST: tl.constexpr,
+):
     o = tl.arange(0, BLOCK)
     m = o < n
     va = tl.load(a + o, mask=m, other=0.0)
@@ -38,7 +54,9 @@ def ops_kernel(a, b, x, add, sub, mul, div, neg, lt, mx, cast, scaled, n, BLOCK:
     tl.store(mx + o, tl.maximum(va, vb), mask=m)
     # An fp32 value stored through a bf16 pointer is cast (rounded) on the way.
     tl.store(cast + o, tl.load(x + o, mask=m), mask=m)
-    tl.store(scaled + o, va * 0.1, mask=m)
+    if CONST:
+        # A bf16 constant: the builder's get_bf16, which triton < 3.9 lacks.
+        tl.store(scaled + o, va * 0.1, mask=m)
 
 
 @triton.jit
@@ -81,7 +99,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int16)
 
 
-def _run_ops() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def _run_ops(*, constant: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     gen = torch.Generator().manual_seed(0)
     a = (torch.randn(N, generator=gen) * 3).bfloat16()
     b = (torch.randn(N, generator=gen) * 3).bfloat16()
@@ -91,7 +109,7 @@ def _run_ops() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     outs = {k: torch.empty(N, dtype=torch.bfloat16) for k in ("add", "sub", "mul", "div", "neg")}
     outs |= {k: torch.empty(N, dtype=torch.bfloat16) for k in ("mx", "cast", "scaled")}
     outs["lt"] = torch.empty(N, dtype=torch.int8)
-    ops_kernel[(1,)](a, b, x, **outs, n=N, BLOCK=N)
+    ops_kernel[(1,)](a, b, x, **outs, n=N, BLOCK=N, CONST=constant)
     expected = {
         "add": a + b,
         "sub": a - b,
@@ -109,9 +127,40 @@ def _run_ops() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
 
 def test_elementwise_ops_and_casts_are_garbage_without_patch(no_bf16_patch: None) -> None:
     with np.errstate(all="ignore"):
-        outs, expected = _run_ops()
+        outs, expected = _run_ops(constant=False)
     assert not torch.equal(_bits(outs["add"]), _bits(expected["add"]))
     assert not torch.equal(_bits(outs["cast"]), _bits(expected["cast"]))
+
+
+def test_bf16_constants_without_patch(no_bf16_patch: None) -> None:
+    from triton.runtime.errors import InterpreterError
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    if hasattr(InterpreterBuilder, "get_bf16"):
+        # triton 3.9: the constant is made, then multiplied as raw bits.
+        with np.errstate(all="ignore"):
+            outs, expected = _run_ops()
+        assert not torch.equal(_bits(outs["scaled"]), _bits(expected["scaled"]))
+    else:
+        # triton 3.7 and 3.8: no bf16 constant can be made at all.
+        with pytest.raises(InterpreterError, match="no attribute 'get_bf16'"):
+            _run_ops()
+
+
+def test_patch_adds_or_replaces_get_bf16() -> None:
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    undone = interpreter.disable(patches=["bf16"])
+    try:
+        original = InterpreterBuilder.__dict__.get("get_bf16")
+        interpreter.enable(patches=["bf16"])
+        assert InterpreterBuilder.__dict__["get_bf16"] is not original
+        interpreter.disable(patches=["bf16"])
+        # Undone: the builder's own method is back, or (before 3.9) there is none again.
+        assert InterpreterBuilder.__dict__.get("get_bf16") is original
+    finally:
+        if undone:
+            interpreter.enable(patches=undone)
 
 
 def test_elementwise_ops_and_casts_match_torch_bit_for_bit(bf16_patch: None) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 
@@ -67,15 +68,31 @@ def test_unknown_patch_names_are_rejected(clean: None) -> None:
         interpreter.enable(patches="autotune")
 
 
-def test_version_outside_range_raises(clean: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_guard, "triton_version", lambda: (3, 10, 0))
-    with pytest.raises(
-        InterpreterPatchError, match=r"'autotune' was written for triton >=3\.9,<3\.10"
-    ) as info:
-        interpreter.enable(patches=["autotune"])
-    assert (info.value.installed, info.value.supported) == ("3.10.0", ">=3.9,<3.10")
-    assert isinstance(info.value, RuntimeError)
+@pytest.mark.parametrize("version", [(3, 6, 0), (3, 10, 0)], ids=["3.6", "3.10"])
+def test_version_outside_range_raises(
+    clean: None, monkeypatch: pytest.MonkeyPatch, version: tuple[int, int, int]
+) -> None:
+    monkeypatch.setattr(_guard, "triton_version", lambda: version)
+    installed = ".".join(map(str, version))
+    for patch in interpreter.PATCHES:
+        with pytest.raises(
+            InterpreterPatchError, match=rf"'{patch}' was written for triton >=3\.7,<3\.10"
+        ) as info:
+            interpreter.enable(patches=[patch])
+        assert (info.value.installed, info.value.supported) == (installed, ">=3.7,<3.10")
+        assert isinstance(info.value, RuntimeError)
     assert interpreter.enabled() == []
+
+
+@pytest.mark.parametrize("version", [(3, 7, 0), (3, 8, 1), (3, 9, 0)], ids=["3.7", "3.8", "3.9"])
+def test_every_patch_accepts_the_last_three_minor_releases(
+    monkeypatch: pytest.MonkeyPatch, version: tuple[int, int, int]
+) -> None:
+    monkeypatch.setattr(_guard, "triton_version", lambda: version)
+    for patch in interpreter.PATCHES:
+        module = importlib.import_module(f"linattn_verify.interpreter.{patch}")
+        # The range only: the internals are those of the Triton actually installed.
+        _guard.check(patch, module.VERSIONS, ())
 
 
 def test_missing_internals_raise_and_apply_nothing(
@@ -88,3 +105,20 @@ def test_missing_internals_raise_and_apply_nothing(
     assert missing in str(info.value)
     # Checked before anything was changed: autotune, listed first, was not applied either.
     assert interpreter.enabled() == []
+
+
+def test_versioned_internals_are_required_only_on_their_versions(
+    clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = "triton.runtime.interpreter.InterpreterBuilder.create_no_such_thing"
+    found = _guard.triton_version()[:2]
+    here = _guard.Versioned(missing, (found, (found[0], found[1] + 1)))
+    elsewhere = _guard.Versioned(missing, ((3, 0), (3, 1)))
+    monkeypatch.setattr(bounds, "REQUIRES", (*bounds.REQUIRES, elsewhere))
+    assert interpreter.enable(patches=["bounds"]) == ["bounds"]
+    interpreter.disable()
+    monkeypatch.setattr(bounds, "REQUIRES", (*bounds.REQUIRES, here))
+    with pytest.raises(InterpreterPatchError, match="'bounds' cannot be applied") as info:
+        interpreter.enable(patches=["bounds"])
+    assert missing in str(info.value)
+    assert _guard.required([here, elsewhere, "a.b"], found) == [missing, "a.b"]

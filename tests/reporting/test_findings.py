@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from linattn_verify.reporting import RunWriter, validate
@@ -92,12 +93,23 @@ def test_root_causes_of_a_record() -> None:
     failure, other, oracle, scored, error = _cases()
     message = [key for key in root_causes(failure) if key[0] == "message"]
     assert len(message) == 1
-    assert "o holds # NaN value(s) of #, first at index (#, #, #, #)" in message[0][2]
+    assert "o holds # NaN value(s) of #, first at index (#)" in message[0][2]
     assert message[0] in root_causes(other), "the same message whatever the case's numbers"
     assert ("nonfinite", KERNEL, failure.case, "o", "(0, 1, 0, 0)") in root_causes(failure)
     assert root_causes(oracle) == {("nonfinite", KERNEL, oracle.case, "o", "(0, 1, 0, 0)")}
     assert root_causes(scored) == set()
     assert root_causes(error) == set()
+
+
+def test_a_reshape_error_is_one_root_cause_at_any_rank() -> None:
+    """linear-attention-transformer reshapes v by q's head dim: a 4-d view fails on one case,
+    a 5-d one on another (found past the first's trigger); one defect, one finding."""
+    said = "bug/ieee raised RuntimeError: shape '{}' is invalid for input of size {}"
+    four = _record("contract_holds", "c1", reason=said.format([1, 1, 64, 1], 128))
+    five = _record("causal_outputs_exact", "c2", reason=said.format([1, 2, 1, 64, 1], 256))
+    assert root_causes(four) == root_causes(five)
+    (finding,) = failures([four, five])
+    assert finding["properties"] == ["causal_outputs_exact", "contract_holds"]
 
 
 def test_grouped_findings_fit_the_schema(tmp_path: Path) -> None:
@@ -147,3 +159,25 @@ def test_a_finding_is_shown_by_its_bound_score_and_a_bitwise_one_says_so() -> No
     )
     assert alone["score_kind"] == "bitwise"
     assert format_finding_score(alone) == "|Δ| 0.0625 (bit for bit)"
+
+
+def test_a_failure_the_declaration_explains_is_not_merged_into_a_defect() -> None:
+    """Both fail o past its bound at realistic magnitudes; only one has a recipe explanation."""
+    declared = _record(
+        "outputs_match_oracle",
+        "c1",
+        comparisons=[_comparison("oracle", 3.0)],
+        diagnosis="consistent with 1 rounding to float16 on the path (declared none): ...",
+    )
+    defect = _record(
+        "state_split_composes",
+        "c2",
+        comparisons=[_comparison("oracle", 9.0)],
+        diagnosis="no recipe explains this error (tried ...): the kernel, not its declaration",
+    )
+    found = failures([declared, defect])
+    assert sorted(f["kind"] for f in found) == ["declaration", "defect"]
+    # Without the diagnosis they are one symptom, one finding.
+    plain = [replace(r, diagnosis=None) for r in (declared, defect)]
+    (merged,) = failures(plain)
+    assert merged["kind"] == "defect"

@@ -74,9 +74,27 @@ def test_zeros_are_named_and_other_errors_are_not_given_a_shape() -> None:
     said = _shape(p, torch.zeros_like(p.v))
     assert said is not None
     assert said.startswith("o is 0 at every element")
-    # An error of no known shape: one token's output swapped with another's, a constant added.
+    # An error of no known shape: a constant added, two heads' outputs averaged.
     o = _correct(p)
-    assert _shape(p, o.flip(1)) is None
     assert _shape(p, o + 0.25) is None
+    assert _shape(p, o.mean(2, keepdim=True).expand_as(o)) is None
     # A correct o has the shape of no defect either.
     assert _shape(p, o) is None
+
+
+@pytest.mark.parametrize(("axis", "what"), [(0, "batch rows"), (1, "tokens"), (2, "heads")])
+def test_a_permutation_is_named_with_what_moved(axis: int, what: str) -> None:
+    p = _problem(False, True)
+    said = _shape(p, _correct(p).flip(axis))
+    assert said is not None
+    assert said.startswith(f"o is the exact o with its {what} permuted, within its bound")
+    letter = "bth"[axis]
+    assert f"{letter}=0 holds {letter}={p.v.shape[axis] - 1}" in said
+
+
+def test_value_columns_rolled_are_a_permutation() -> None:
+    p = _problem(False, True)
+    said = _shape(p, _correct(p).roll(1, dims=3))
+    assert said is not None
+    assert "value columns permuted" in said
+    assert "c=0 holds c=2" in said

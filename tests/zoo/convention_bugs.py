@@ -85,3 +85,20 @@ def value_gate_after_update(
         S = S * torch.exp(gv[:, t].float())[:, :, None, :]  # the defect: after the correction
         outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t].float() * scale))
     return torch.stack(outs, dim=1).to(q.dtype), (S if output_final_state else None)
+
+
+def gla_value_gate_after_update(
+    q, k, v, gk=None, gv=None, scale=None, initial_state=None, output_final_state=False
+):
+    """GLA whose value gate decays the state after k_t v_t^T is added, not before."""
+    B, T, H, K = q.shape
+    scale = K**-0.5 if scale is None else scale
+    S = torch.zeros(B, H, K, v.shape[-1]) if initial_state is None else initial_state.float()
+    outs = []
+    for t in range(T):
+        if gk is not None:
+            S = S * torch.exp(gk[:, t].float())[..., None]
+        S = S + k[:, t].float()[..., None] * v[:, t].float()[..., None, :]
+        S = S * torch.exp(gv[:, t].float())[:, :, None, :]  # the defect: after the update
+        outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t].float() * scale))
+    return torch.stack(outs, dim=1).to(q.dtype), (S if output_final_state else None)

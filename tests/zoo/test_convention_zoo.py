@@ -2,10 +2,11 @@
 """Declared conventions hide no defect: broken kernels in other conventions, declared truthfully.
 
 A declaration (``--layout heads-first``, ``--state-layout vk``, ``--normalizer in-dot``,
-``--query-feature-map softmax --feature-map exp``, ``--value-gate``, o returned alone) must not
-become a place where defects hide: each kernel of `convention_bugs.py` has one defect and is
-checked through the command line with its truthful declaration; ``check`` must fail it. The
-correct twins of these conventions are corpus entries (tests/corpus), which must hold.
+``--query-feature-map softmax --feature-map exp``, ``--value-gate`` in both families, o
+returned alone) must not become a place where defects hide: each kernel of
+`convention_bugs.py` has one defect and is checked through the command line with its truthful
+declaration; ``check`` must fail it. The correct twins of these conventions are corpus entries
+(tests/corpus), which must hold.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ CASES = {
     "value_gate_after_update": [
         "--family", "delta", "--gates", "none,scalar", "--value-gate", "--no-backward",
         "--form", "recurrent", "--dtypes", "fp32",
+    ],
+    "gla_value_gate_after_update": [
+        "--decay", "vector", "--value-gate", "--no-backward", "--form", "recurrent",
+        "--dtypes", "fp32",
     ],
     "eps_in_dot_stale_key_sum": [
         "--layout", "heads-first", "--normalized", "--normalizer", "in-dot", "--eps", "1e-06",

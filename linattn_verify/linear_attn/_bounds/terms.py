@@ -419,7 +419,24 @@ class SequenceTerms:
     def weight_error(
         self, G: torch.Tensor, D: torch.Tensor, t: torch.Tensor, j: torch.Tensor
     ) -> torch.Tensor:
-        """ε_w(t, j): relative error of the kernel's decay weight exp(G_t - G_j)."""
+        """ε_w(t, j): relative error of the kernel's decay weight exp(G_t - G_j).
+
+        On a folded value gate (``gate_factors`` = 2: `linattn_verify.linear_attn.value_gate`)
+        the kernel forms the weight as two, exp(G^k_t - G^k_j) exp(G^v_t - G^v_j); each factor
+        errs by at most ε_w of the folded gate (its exponents, sums and counts are no larger:
+        every gate is <= 0, so the folded magnitudes add), and the products that join them add
+        one rounding per step or piece, at most ε_w again (error model §2.9): (2f - 1) ε_w.
+        """
+        return self._weight_error(G, D, t, j) * self.gate_factor
+
+    @property
+    def gate_factor(self) -> int:
+        """What every ε_w is multiplied by: 2·gate_factors - 1 (`weight_error`)."""
+        return 2 * self.problem.gate_factors - 1
+
+    def _weight_error(
+        self, G: torch.Tensor, D: torch.Tensor, t: torch.Tensor, j: torch.Tensor
+    ) -> torch.Tensor:
         u = self.units.arith
         absD = torch.nan_to_num(D.abs(), posinf=0.0)  # masked entries: their weight is 0 anyway
         scan = self.recipe.decay_scan
@@ -491,7 +508,8 @@ class SequenceTerms:
             D = (G[:, tt, None] - G[:, None, jj]).masked_fill(~causal, float("-inf"))
             return self.weight_error(G, D, tt, jj)
 
-        return f, g, near, self.recipe.chunk_size if scan == "chunk_local" else 1
+        m = self.gate_factor
+        return m * f, m * g, near, self.recipe.chunk_size if scan == "chunk_local" else 1
 
 
 def _packed_offset(p: Problem, b: int, start: int) -> torch.Tensor | None:

@@ -44,8 +44,9 @@ What FLA computes, read off its 0.6.0 sources:
 * gla takes our vector gate g ``[B, T, H, K]`` (natural log) as is: ``chunk_gla``'s ``g``,
   ``fused_recurrent_gla``'s ``gk``. ``chunk_gla`` asserts a gate (``decay_required``: it is
   never given g = None); ``fused_recurrent_gla`` takes ``gk=None``. Its value gate ``gv``
-  (S_t = S_{t-1} diag(exp(gv_t)), a decay per value column) is outside the harness's
-  semantics, which gates keys only: not adapted.
+  (S_t = S_{t-1} diag(exp(gv_t)), a decay per value column) is checked by declaration, not by
+  an adapter here: ``check fla.ops.gla:fused_recurrent_gla --decay vector --value-gate
+  --no-backward --form recurrent --varlen`` (the corpus entry ``fla_fused_recurrent_gla_gv``).
 * lightning_attn's decay is fixed per head and layer: g_h = -(8/H)(1 - l/L) h for layer l of L,
   computed by torch in float32 (`lightning_log_decay`); the adapters run layer l = 0 (any L),
   the steepest layer: g_h = -8h/H.

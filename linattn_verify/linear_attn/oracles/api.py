@@ -56,6 +56,7 @@ def oracle(
     cu_seqlens: torch.Tensor | None = None,
     feature_weights: torch.Tensor | None = None,
     query_feature_map: str | None = None,
+    gv: torch.Tensor | None = None,
     method: str = "auto",
 ) -> tuple[torch.Tensor, State]:
     """Compute linear attention to high precision, from the inputs exactly as given.
@@ -94,6 +95,8 @@ def oracle(
         feature_weights: favor+'s projection W ``[m, K]``. Default: `None`.
         query_feature_map: The queries' own map (softmax, say, with exp on keys), or `None` for
             ``feature_map`` on both. Default: `None`.
+        gv: A value gate ``[B, T, H, V]`` (natural log, <= 0; unnormalized only), judged as
+            H·V single-column problems (`linattn_verify.linear_attn.value_gate`). Default: `None`.
         method: ``"auto"``, ``"float64"``, ``"double-double"`` or ``"mpmath"``.
             Default: `"auto"`.
 
@@ -119,6 +122,7 @@ def oracle(
         cu_seqlens=cu_seqlens,
         feature_weights=feature_weights,
         query_feature_map=query_feature_map,
+        gv=gv,
     )
     chosen = resolve_method(problem, method)
     device = problem.q.device

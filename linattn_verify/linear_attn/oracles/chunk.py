@@ -23,11 +23,13 @@ from linattn_verify.linear_attn.oracles._sequence import (
     sequence_inputs,
 )
 from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.value_gate import judged
 
 Normalizer = Callable[[torch.Tensor], torch.Tensor]
 """The denominator from Z (`Problem.denominator`): Z + eps, or max(Z, eps)."""
 
 
+@judged
 def chunk_reference(problem: Problem, chunk_size: int = 64) -> tuple[torch.Tensor, State]:
     """Evaluate the problem in the chunked form, in the dtype of ``problem.q``.
 

@@ -48,6 +48,7 @@ from linattn_verify.core.dd_arith import (
 )
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.value_gate import judged
 from linattn_verify.typing import LIFTED_MAPS
 
 DDForm = Literal["auto", "parallel", "chunk"]
@@ -365,6 +366,7 @@ def round_dd(x: DD) -> Array:
     return hi
 
 
+@judged
 def double_double_oracle(
     problem: Problem, *, form: DDForm = "auto", chunk_size: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None]:

@@ -26,6 +26,7 @@ import torch
 
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.value_gate import judged
 
 ObjectArray = npt.NDArray[np.object_]
 # Tokens per block of the recurrent (cumulative-state) form; bounds the object-array memory.
@@ -206,6 +207,7 @@ def _sequence(
     return numer, S
 
 
+@judged
 def exact_oracle(
     problem: Problem,
 ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None]:

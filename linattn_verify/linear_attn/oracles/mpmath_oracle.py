@@ -28,6 +28,7 @@ import torch
 from linattn_verify.core.dd_arith import mpf_to_float
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.value_gate import judged
 from linattn_verify.typing import LIFTED_MAPS
 
 ObjectArray = npt.NDArray[np.object_]
@@ -286,6 +287,7 @@ def _recurrent_vector(
     return numer, [[S[i][m] for i in range(W)] for m in range(K)]
 
 
+@judged
 def mpmath_oracle(
     problem: Problem, *, dps: int = 50, form: MPForm = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None]:

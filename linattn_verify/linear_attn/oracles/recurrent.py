@@ -22,8 +22,10 @@ from linattn_verify.linear_attn.oracles._sequence import (
     sequence_inputs,
 )
 from linattn_verify.linear_attn.semantics import Problem
+from linattn_verify.linear_attn.value_gate import judged
 
 
+@judged
 def recurrent_reference(problem: Problem) -> tuple[torch.Tensor, State]:
     """Evaluate the problem in the recurrent form, in the dtype of ``problem.q``.
 

@@ -22,7 +22,8 @@ from linattn_verify.core.sizes import (
     seq_lens,
     seq_packings,
 )
-from linattn_verify.linear_attn.strategies._cases import ProblemSpec, kernel_specs, problem_specs
+from linattn_verify.linear_attn.strategies._cases import ProblemSpec, problem_specs
+from linattn_verify.linear_attn.strategies._kernel_cases import kernel_specs
 from linattn_verify.linear_attn.strategies._tensors import (
     DECAY_FAMILIES,
     DTYPES,

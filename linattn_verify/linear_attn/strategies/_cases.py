@@ -25,7 +25,6 @@ from linattn_verify.core.sizes import (
 )
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.linear_attn.feature_maps import feature_dim
-from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.linear_attn.semantics import OMITTABLE, Problem, validate_problem
 from linattn_verify.linear_attn.strategies._lifted import (
     FAMILY_MAPS,
@@ -63,7 +62,8 @@ class ProblemSpec:
     where they are at their default, so the kernel's own defaults are exercised (`Problem.omit`;
     empty: every argument passed explicitly), and the ``gate`` shape (``"scalar"``: g ``[B, T, H]``
     from `DECAY_FAMILIES`; ``"vector"``: g ``[B, T, H, K]`` from `VECTOR_DECAY_FAMILIES`, never with
-    decay ``"none"``). Its ``repr`` is valid Python.
+    decay ``"none"``), and the value gate gv ``[B, T, H, V]``'s family (``value_gate``, of
+    `VECTOR_DECAY_FAMILIES`; ``"none"``: no gv). Its ``repr`` is valid Python.
     """
 
     B: int
@@ -88,6 +88,7 @@ class ProblemSpec:
     projection: str | None = None
     features: int = 0
     query_feature_map: FeatureMap | None = None
+    value_gate: str = "none"
 
     family = "linear_attn"
 
@@ -103,6 +104,7 @@ class ProblemSpec:
             ("gate", GATES),
             ("decay", VECTOR_DECAY_FAMILIES if self.gate == "vector" else DECAY_FAMILIES),
             ("layout", LAYOUTS),
+            ("value_gate", VECTOR_DECAY_FAMILIES),
         ):
             if getattr(self, name) not in allowed:
                 raise InvalidArgument(
@@ -158,6 +160,7 @@ class ProblemSpec:
             W = projection_values(self.projection, self.features, K, gen).to(device)
         scale = K**-0.5 if self.scale is None else self.scale
         q, k = joint_values(self.values, self.feature_map, q, k, scale, gen)
+        gv = decay_values(self.value_gate, (B, T, H, V), gen)  # last: the rest stays put
 
         def place(x: torch.Tensor) -> torch.Tensor:
             # Values are fixed before the layout is applied: layouts change strides only.
@@ -177,6 +180,7 @@ class ProblemSpec:
             cu_seqlens=cu,
             feature_weights=W,
             query_feature_map=self.query_feature_map,
+            gv=None if gv is None else place(gv),
         )
         return replace(problem, omit=frozenset(self.omit))
 
@@ -505,92 +509,4 @@ def _even(n: int, lowest: int, highest: int) -> int:
     return n + 1 if n + 1 <= highest else n - 1 if n - 1 >= lowest else n
 
 
-def kernel_specs(
-    kernel: Kernel,
-    *,
-    min_seq_len: int = 1,
-    max_seq_len: int = 48,
-    max_head_dim: int = 12,
-    values: Sequence[str] = VALUE_FAMILIES,
-    decays: Sequence[str] = VECTOR_DECAY_FAMILIES,
-    layouts: Sequence[str] = LAYOUTS,
-) -> st.SearchStrategy[ProblemSpec]:
-    """Generate `ProblemSpec` for cases ``kernel`` declares it supports (and only those).
-
-    Every option is drawn from what `Capabilities` allows (dtypes, feature maps, normalization
-    and eps, decay and its gate shapes, varlen, initial and final state, head-dim limits), so
-    ``kernel.supports`` accepts every spec; T covers every residue mod the kernel's chunk sizes.
-    The exclusions of `problem_specs` apply. The calling style may leave out what `Kernel.call`
-    would pass this kernel at its default: ``scale`` and ``output_final_state`` always;
-    ``initial_state``, ``cu_seqlens`` and ``g`` where it declares them (g not with an implied
-    decay); ``normalize``, ``eps`` and ``feature_map`` where it is ``configurable``.
-
-    Args:
-        kernel: The kernel under test; its `Capabilities` filter every draw.
-        min_seq_len: Shortest T. Default: `1`.
-        max_seq_len: Longest T. Default: `48`.
-        max_head_dim: Largest K and V (capped by the kernel's limit). Default: `12`.
-        values: Value families to draw from. Default: every family.
-        decays: Decay families to draw from (only ``"none"`` without decay support; a scalar
-            gate draws those of `DECAY_FAMILIES` among them). Default: all.
-        layouts: Memory layouts to draw from. Default: all.
-
-    Raises:
-        InvalidArgument: if ``kernel`` is not a `Kernel`, takes no dtype the strategies know,
-            or an argument is malformed.
-    """
-    if not isinstance(kernel, Kernel):
-        raise InvalidArgument(f"Expected a linattn_verify Kernel but got kernel={kernel!r}.")
-    cap = kernel.capabilities
-    dtypes = tuple(d for d in cap.dtypes if d in DTYPES)
-    if not dtypes:
-        raise InvalidArgument(f"Kernel {kernel.name} takes none of the dtypes {tuple(DTYPES)}.")
-    check_int("max_head_dim", max_head_dim)
-    declared = {
-        "g": cap.decay and not cap.decay_required and kernel.implied_decay is None,
-        "initial_state": cap.initial_state,
-        "cu_seqlens": cap.varlen,
-        "normalize": cap.configurable,
-        "eps": cap.configurable,
-        "feature_map": cap.configurable,
-    }
-    return problem_specs(
-        min_seq_len=min_seq_len,
-        max_seq_len=max_seq_len,
-        min_head_dim=cap.min_head_dim,
-        max_head_dim=max(cap.min_head_dim, min(max_head_dim, cap.max_head_dim)),
-        dtypes=dtypes,
-        feature_maps=cap.feature_maps,
-        values=values,
-        decays=_kernel_decays(kernel, decays),
-        gates=cap.gates if cap.decay and kernel.implied_decay is None else ("scalar",),
-        normalize=cap.normalize,
-        varlen=cap.varlen,
-        eps_values=(0.0, 1e-6, 1e-2) if cap.configurable else (cap.eps,),
-        initial_state=(False, True) if cap.initial_state else (False,),
-        final_state=(False, True) if cap.final_state else (False,),
-        layouts=layouts,
-        chunk_sizes=cap.chunk_sizes or DEFAULT_MODULI,
-        even_head_dims=tuple(d for d in cap.even_head_dims if d in dtypes),
-        omittable=tuple(n for n in OMITTABLE if declared.get(n, True)),
-        max_feature_dim=min(16, cap.max_feature_dim or 16),
-        fixed_scales=cap.scales,
-        heads_within_seq_len=cap.seq_len_at_least_heads,
-        query_feature_map=cap.query_feature_map,
-        seq_len_multiple=cap.seq_len_multiple,
-    )
-
-
-def _kernel_decays(kernel: Kernel, decays: Sequence[str]) -> tuple[str, ...]:
-    """The decay families of ``decays`` that ``kernel`` takes (only ``"none"`` without decay)."""
-    cap = kernel.capabilities
-    if not cap.decay:
-        return ("none",)
-    if cap.decay_required:
-        # No decay is g = 0 for a kernel that requires g: the "zero" family.
-        kept = tuple(d for d in decays if d != "none")
-        return kept or ("zero",)
-    return tuple(decays)
-
-
-__all__ = ["ProblemSpec", "kernel_specs", "problem_specs"]
+__all__ = ["ProblemSpec", "problem_specs"]
