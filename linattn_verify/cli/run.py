@@ -354,7 +354,8 @@ def _finding_line(n: int, finding: dict[str, Any]) -> str:
         what = f"{finding.get('severity') or 'failed'}: {said[0][:100]}"
     count = int(finding.get("occurrences") or 1)
     dtypes = ",".join(finding.get("dtypes") or [finding.get("dtype") or ""])
+    declared = "; explained by the declaration" if finding.get("kind") == "declaration" else ""
     return (
         f"FAILED {n}. {finding['kernel']} {dtypes} {properties}: {what}; "
-        f"{count} case{'s' * (count != 1)}"
+        f"{count} case{'s' * (count != 1)}{declared}"
     )

@@ -18,6 +18,7 @@ from typing import Any
 from linattn_verify.reporting._validate import SCHEMA_VERSION
 from linattn_verify.reporting._values import jsonable, quantile, worst_first
 from linattn_verify.results import CaseRecord, Comparison, PropertyVerdict, base_tensor
+from linattn_verify.results.message import BREACHED_DECLARATION
 from linattn_verify.typing import DTYPE_NAMES, FORMS
 
 TENSOR_ORDER = (
@@ -207,14 +208,16 @@ def finding_evidence(record: CaseRecord) -> dict[str, Any]:
     a pair ratio: ``score_kind`` ``"bound"``); a bit-for-bit comparison's score, an absolute
     difference, is shown only where no bound comparison failed (``"bitwise"``), so that a
     |Δ| of 0.06 is never read as a small r. ``kind``: ``"declaration"`` where a change to the
-    declared recipe explains the failure (`linattn_verify.diagnosis`: "consistent with ..."),
-    else ``"defect"``.
+    declared recipe explains the failure (`linattn_verify.diagnosis`: "consistent with ..."), or
+    the kernel failed only a declared convention (`BREACHED_DECLARATION`: a NaN on a 0/0 row of a
+    kernel declared to return 0), else ``"defect"``.
     """
     if record.error:
         return {"severity": "harness error", "kind": "defect"}
     failed = [c for c in record.comparisons if not c.ok]
     if not failed:
-        return {"severity": "kernel failure", "kind": "defect"}
+        breach = BREACHED_DECLARATION in (record.reason or "")
+        return {"severity": "kernel failure", "kind": "declaration" if breach else "defect"}
     bound = [c for c in failed if c.kind != "bitwise"]
     worst = max(bound or failed, key=lambda c: worst_first(c.deciding))
     realistic = any(c.severity in (None, "realistic") for c in failed)

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from linattn_verify.results.comparison import FAIL_THRESHOLD, Comparison
 
+BREACHED_DECLARATION = "where it declared"
+"""The words of a kernel-failure message that names a declaration the output breaks (a NaN on
+a 0/0 row of a kernel declared to return 0 there): the declaration, not the kernel, may be what
+is wrong, so its finding is a declaration finding (`reporting.summary.finding_evidence`)."""
+
 
 def _reference_words(c: Comparison) -> str:
     if c.kind == "oracle":

@@ -16,6 +16,7 @@ from linattn_verify.linear_attn._bounds.dependence import depends_on_rows
 from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.linear_attn.semantics import Problem
 from linattn_verify.linear_attn.tolerance import forward_bounds, overflow_elements
+from linattn_verify.results.message import BREACHED_DECLARATION
 
 
 def denominator_rows(
@@ -140,7 +141,7 @@ def zero_convention_breach(kernel: Kernel, problem: Problem, o: torch.Tensor) ->
     kind = "NaN" if bool(torch.isnan(o[breach]).all()) else "non-finite"
     return (
         f"{kernel.name}: o holds {int(breach.sum())} {kind} value(s) of {o.numel()}, first at "
-        f"index {_first(breach)}, on rows whose exact denominator is 0, where it declared "
+        f"index {_first(breach)}, on rows whose exact denominator is 0, {BREACHED_DECLARATION} "
         "zero_denominator='zero' (0 there); a kernel that divides by zero as IEEE arithmetic "
         "does declares 'ieee' (check: --zero-denominator ieee), or 'any'"
     )

@@ -118,10 +118,13 @@ def test_the_same_kernel_declared_zero_fails_with_one_finding(
         "on rows whose exact denominator is 0, where it declared zero_denominator='zero'"
         in (finding["message"])
     )
+    # A declared convention the output breaks: the declaration may be what is wrong.
+    assert finding["kind"] == "declaration"
     out = capsys.readouterr().out
+    assert out.index("Explained by the declaration") < out.index("Finding 1")
     assert f"Finding 1 ({len(failed)} properties: " in out
     assert "Finding 2" not in out
-    assert f"{len(failed)} failed (1 finding)" in out
+    assert f"{len(failed)} failed (1 finding, 1 explained by the declaration)" in out
     # The report's failures section shows the finding under one heading naming its properties.
     report = (tmp_path / "zero" / "report.md").read_text().splitlines()
     [title] = [line for line in report if line.startswith("### 1. ")]
