@@ -58,7 +58,7 @@ def test_a_second_defect_is_found_past_the_first(tmp_path: Path) -> None:
 def test_a_kernel_reading_the_state_before_its_token_is_one_finding(capsys) -> None:
     target = f"{HERE / 'convention_bugs.py'}:heads_first_exclusive"
     flags = ["--layout", "heads-first", "--state-layout", "vk", "--decay", "scalar"]
-    code = main(["check", target, *flags, "--form", "recurrent", *SEARCH, "--budget", "20"])
+    code = main(["check", target, *flags, "--form", "recurrent", *SEARCH, "--budget", "14"])
     out = capsys.readouterr().out
     assert code == EXIT_FAILED
     assert "failed (1 finding)" in out
