@@ -53,6 +53,8 @@ class Progress:
             raise InvalidArgument(f"Expected an int >= 0 or None but got total={total!r}.")
         if total is not None and total < 0:
             raise InvalidArgument(f"Expected an int >= 0 or None but got total={total!r}.")
+        if left is not None and not callable(left):
+            raise InvalidArgument(f"Expected a callable or None but got left={left!r}.")
         if budget is not None and not budget > 0:
             raise InvalidArgument(f"Expected seconds > 0 or None but got budget={budget!r}.")
         from rich.console import Console

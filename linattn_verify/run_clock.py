@@ -15,6 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from linattn_verify.errors import InvalidArgument
+
 Group = tuple[str, str]
 """A (kernel name, dtype) group of ``run``."""
 
@@ -28,6 +30,9 @@ class GroupClock:
             some: a group's duration counts whatever it ran).
         workers: Processes running groups at once.
         clock: Seconds, monotonic. Default: `time.monotonic`.
+
+    Raises:
+        InvalidArgument: for a ``planned`` or ``workers`` that is not an int >= 1.
     """
 
     def __init__(
@@ -37,9 +42,12 @@ class GroupClock:
         workers: int = 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        for name, value in (("planned", planned), ("workers", workers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgument(f"Expected an int >= 1 but got {name}={value!r}.")
         self.groups = list(groups)
-        self.planned = max(1, planned)
-        self.workers = max(1, workers)
+        self.planned = planned
+        self.workers = workers
         self.clock = clock
         self.start: dict[Group, float] = {}
         self.done: dict[Group, int] = {}

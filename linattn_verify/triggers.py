@@ -20,6 +20,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from linattn_verify.errors import InvalidArgument
+
 VALUE_ONLY_FIELDS = ("seed",)
 """Fields that pick values, not structure: never part of a trigger. A minimal case at seed 1
 says only that seed 0's values happened to hide the failure (zeros, a tie), not that the
@@ -60,6 +62,11 @@ def trigger_of(minimal: Any, simplest: Any) -> Trigger:
         simplest: The simplest case of the strategy the search drew ``minimal`` from, of the
             same type (`simplest_case`).
     """
+    if not (dataclasses.is_dataclass(minimal) and type(simplest) is type(minimal)):
+        raise InvalidArgument(
+            f"Expected two cases of one dataclass type but got minimal={minimal!r}, "
+            f"simplest={simplest!r}."
+        )
     at_least: list[tuple[str, int]] = []
     not_simplest: list[tuple[str, Any]] = []
     for field in dataclasses.fields(minimal):
@@ -78,6 +85,8 @@ def trigger_of(minimal: Any, simplest: Any) -> Trigger:
 
 def near(case: Any, trigger: Trigger) -> bool:
     """Whether ``case`` has every difference of ``trigger`` (it may fail the same way)."""
+    if not isinstance(trigger, Trigger):
+        raise InvalidArgument(f"Expected a Trigger but got trigger={trigger!r}.")
     return all(getattr(case, name) >= value for name, value in trigger.at_least) and all(
         getattr(case, name) != base for name, base in trigger.not_simplest
     )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
+from linattn_verify.errors import InvalidArgument
 from linattn_verify.progress import Progress
 from linattn_verify.run_clock import GroupClock
 
@@ -82,3 +85,10 @@ def test_the_bar_shows_the_clock_estimate() -> None:
     with Progress("run", 4, stream=unknown, left=lambda: None) as bar:
         bar.advance()
     assert "-:--:--" in unknown.getvalue()
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(InvalidArgument, match="planned=0"):
+        GroupClock([("a", "fp32")], planned=0)
+    with pytest.raises(InvalidArgument, match="workers=True"):
+        GroupClock([("a", "fp32")], planned=3, workers=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from linattn_verify.core.family import family_of
+from linattn_verify.errors import InvalidArgument
 from linattn_verify.registry import get_kernel
 from linattn_verify.triggers import Trigger, near, simplest_case, trigger_of
 
@@ -56,3 +58,10 @@ def test_a_failure_of_the_simplest_structure_is_near_every_case(
 ) -> None:
     trigger = trigger_of(replace(SIMPLEST, seed=seed), SIMPLEST)
     assert near(replace(SIMPLEST, T=T, initial_state=initial_state), trigger)
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(InvalidArgument, match="two cases of one dataclass type"):
+        trigger_of(SIMPLEST, "not a case")
+    with pytest.raises(InvalidArgument, match="Expected a Trigger"):
+        near(SIMPLEST, "T >= 2")  # type: ignore[arg-type]
