@@ -76,8 +76,7 @@ def _safe(name: str) -> str:
 
 def _problem_tensors(problem: Any) -> dict[str, torch.Tensor]:
     tensors = dict(problem.inputs())
-    # The tensors of a problem that are no (differentiable) input.
-    for extra in ("cu_seqlens", "feature_weights", "gv"):
+    for extra in ("cu_seqlens", "feature_weights"):  # the tensors of a problem that are no input
         if getattr(problem, extra, None) is not None:
             tensors[extra] = getattr(problem, extra)
     return tensors
