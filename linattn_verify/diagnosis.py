@@ -40,6 +40,7 @@ from linattn_verify.core.family import FamilyCase, family_of
 from linattn_verify.core.recipe_steps import Ladders, RecipeStep
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.results import Comparison, PropertyResult
+from linattn_verify.results.message import EXPLAINED_BY_RECIPE
 from linattn_verify.typing import torch_dtype
 
 DIAGNOSIS_SECONDS = 60.0
@@ -266,8 +267,8 @@ def _consistent(steps: Sequence[RecipeStep], *, narrowed: bool = True) -> str:
     if len(steps) == 1:
         (step,) = steps
         return (
-            f"consistent with {step.what} (declared {step.declared}): if the kernel does that, "
-            f"declare {step.how}"
+            f"{EXPLAINED_BY_RECIPE} {step.what} (declared {step.declared}): if the kernel does "
+            f"that, declare {step.how}"
         )
     whats = ", ".join(f"{s.what} (declared {s.declared})" for s in steps)
     hows = ", ".join(s.how for s in steps)

@@ -186,7 +186,6 @@ def forward_bounds(
         Within `linattn_verify.core.reuse.reusing_results` (the size reach): the result of the
         last call if its arguments were equal (the caller must not write into it).
     """
-    key = (problem, recipe, zero_denominator, causal_exact, scan_block, head_group)
     if problem.gv is not None:
         # A value gate: the bounds of its single-column fold, put back in order; forward only
         # (no pieces for gradient bounds: a value gate's gradients are not judged).
@@ -206,6 +205,7 @@ def forward_bounds(
             final_key_sum=None,
             tensors=tensors,
         )
+    key = (problem, recipe, zero_denominator, causal_exact, scan_block, head_group)
     return reused(
         "linear.forward_bounds",
         key,
@@ -524,13 +524,13 @@ def overflow_elements(
     d_final_state): every gradient of an affected (sequence, head). Empty when the recipe
     cannot overflow so.
     """
-    p, units = _prepare(problem, recipe)
-    if units.overflow_arith == float("inf") and units.overflow_division == float("inf"):
-        return {}
     if problem.gv is not None:  # forward only: the masks of the fold, put back in order
         _, _, H, _, V = problem.shape
         masks = overflow_elements(fold(problem), recipe, causal_exact=causal_exact)
         return {name: unfold_tensor(m, name, H, V) for name, m in masks.items()}
+    p, units = _prepare(problem, recipe)
+    if units.overflow_arith == float("inf") and units.overflow_division == float("inf"):
+        return {}
     fb = forward_bounds(problem, recipe, causal_exact=causal_exact)
     B, T, H, _, V = p.shape
     rows, ends = Rows(p, p.q.device), States(p.num_sequences, H)

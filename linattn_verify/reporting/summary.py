@@ -18,7 +18,7 @@ from typing import Any
 from linattn_verify.reporting._validate import SCHEMA_VERSION
 from linattn_verify.reporting._values import jsonable, quantile, worst_first
 from linattn_verify.results import CaseRecord, Comparison, PropertyVerdict, base_tensor
-from linattn_verify.results.message import BREACHED_DECLARATION
+from linattn_verify.results.message import BREACHED_DECLARATION, EXPLAINED_BY_RECIPE
 from linattn_verify.typing import DTYPE_NAMES, FORMS
 
 TENSOR_ORDER = (
@@ -233,7 +233,7 @@ def finding_evidence(record: CaseRecord) -> dict[str, Any]:
 
 def declaration_explains(diagnosis: str | None) -> bool:
     """Whether a diagnosis found a declared-recipe change that explains the failure."""
-    return bool(diagnosis) and str(diagnosis).startswith("consistent with")
+    return bool(diagnosis) and str(diagnosis).startswith(EXPLAINED_BY_RECIPE)
 
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\bnan\b|\binf\b")

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from linattn_verify.results.comparison import FAIL_THRESHOLD, Comparison
 
+EXPLAINED_BY_RECIPE = "consistent with"
+"""How a recipe diagnosis begins when a change to the declared recipe explains the failure
+(`linattn_verify.diagnosis`): such a finding is a declaration finding."""
+
 BREACHED_DECLARATION = "where it declared"
 """The words of a kernel-failure message that names a declaration the output breaks (a NaN on
 a 0/0 row of a kernel declared to return 0 there): the declaration, not the kernel, may be what
