@@ -39,13 +39,16 @@ class PackedTokens:
     g: torch.Tensor | None
     cu_seqlens: torch.Tensor | None
 
-    def to(self: TokensT, dtype: torch.dtype, device: torch.device | str | None = None) -> TokensT:
+    def to(
+        self: TokensT, dtype: torch.dtype | None, device: torch.device | str | None = None
+    ) -> TokensT:
         """The same problem with every floating tensor converted (exactly, for float64).
 
-        ``cu_seqlens`` (integers) stays as it is.
+        ``dtype`` `None` keeps each tensor's own (a move to ``device`` only). ``cu_seqlens``
+        (integers) stays as it is.
         """
         converted = {
-            f.name: value.to(device=device or value.device, dtype=dtype)
+            f.name: value.to(device=device or value.device, dtype=dtype or value.dtype)
             for f in fields(self)  # type: ignore[arg-type]
             if isinstance(value := getattr(self, f.name), torch.Tensor)
             and value.is_floating_point()

@@ -477,6 +477,7 @@ def _sequence(
             bound = bounds[name][:, tokens].reshape(shape) + carried[name]
             if name in ("q", "k") and l2norm_qk:
                 raw = (raw_q if name == "q" else raw_k)[:, tokens].reshape(H * n, c, K)
+                raw = raw.to(torch.float64)  # as the kernel received it: converted exactly
                 magnitude = mags[name][:, tokens].reshape(shape)
                 bound, magnitude = l2norm_chain(
                     raw, getattr(x, name), bound, magnitude, units, eps_k

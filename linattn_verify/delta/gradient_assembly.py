@@ -108,9 +108,9 @@ def block_gradients(
     e = v - keys_down(blk.Sp, k)
     dq = scale * values_down(blk.S, do[:, span])
     dk = values_down(blk.Lam, beta * e) - beta * values_down(blk.Sp, lam_k)
-    if raw is not None:
-        dq = _l2norm_adjoint(raw[0][:, span], seq.q[:, span], dq)
-        dk = _l2norm_adjoint(raw[1][:, span], k, dk)
+    if raw is not None:  # the raw inputs may be in the kernel's dtype: converted exactly
+        dq = _l2norm_adjoint(raw[0][:, span].to(torch.float64), seq.q[:, span], dq)
+        dk = _l2norm_adjoint(raw[1][:, span].to(torch.float64), k, dk)
     grads = {"q": dq, "k": dk, "v": beta * lam_k, "beta": (lam_k * e).sum(-1)}
     if Lam_p is not None:
         grads["g"] = (blk.Sp * Lam_p).sum(-1)
@@ -244,13 +244,16 @@ def assemble_gradient_bounds(
     Sequences of one length run together, ``most`` at a time (`sequence_groups`).
     """
     H = problem.shape[2]
-    p = problem.to(torch.float64)
     do64 = do.to(torch.float64)
     groups = []
     with torch.no_grad():
-        for spans, seq in sequence_groups(p, most=most):
-            dS = torch.cat([_final_cotangent(p, d_final_state, span[0]) for span in spans])
-            heads_first = [_heads_first(x, spans) for x in (p.q, p.k, do64)]
+        # The float64 problem only builds the sequences. Under an in-kernel L2 norm they hold
+        # normalised copies of q and k, and the raw q and k are passed as the kernel received
+        # them (each reader converts its slice, exactly): the float64 q and k, 134 MB at
+        # T = 65,536 and H = 2, are not held through the bounds.
+        for spans, seq in sequence_groups(problem.to(torch.float64), most=most):
+            dS = torch.cat([_final_cotangent(problem, d_final_state, span[0]) for span in spans])
+            heads_first = [_heads_first(x, spans) for x in (problem.q, problem.k, do64)]
             groups.append((spans, one_sequence(seq, *heads_first, dS)))
             del seq, heads_first  # hundreds of MB at T = 65,536: not held through the assembly
     del do64
@@ -259,7 +262,7 @@ def assemble_gradient_bounds(
     pieces, mags = _collect(per_seq, 0), _collect(per_seq, 1)
     # A bound that swept the exact recurrence returns the exact gradients too (a third item).
     if exact is None:
-        exact = _token_layout(p, [{n: x[2] for n, x in one.items()} for one in per_seq])
+        exact = _token_layout(problem, [{n: x[2] for n, x in one.items()} for one in per_seq])
     # Each gradient's heads-first pieces are let go once laid out (nothing else may hold
     # them): at T = 65,536 they are hundreds of MB.
     del per_seq
@@ -306,7 +309,7 @@ def _collect(
 def _tokens(parts: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
     """Sequence pieces ``[H, L, ...]`` back to the token layout ``[B, T, H, ...]`` of ``like``."""
     if not parts:
-        return torch.zeros_like(like)
+        return torch.zeros_like(like, dtype=torch.float64)
     flat = torch.cat([x.transpose(0, 1) for x in parts], 0)  # [ΣL, H, ...]
     tail = flat.shape[2:]
     B, T, H = like.shape[:3]

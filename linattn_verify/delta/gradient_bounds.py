@@ -142,7 +142,7 @@ def _sequence(
         for name in widths:
             bound, mag = bounds[name]
             if name in ("q", "k") and l2norm_qk:
-                raw = (raw_q if name == "q" else raw_k)[:, span]
+                raw = (raw_q if name == "q" else raw_k)[:, span].to(torch.float64)
                 unit = getattr(seq, name)[:, span]
                 bound, mag = l2norm_chain(raw, unit, bound, mag, units, c.eps_k)
             out[name][:, span] = bound + underflow

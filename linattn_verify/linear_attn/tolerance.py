@@ -110,7 +110,8 @@ class ForwardBounds:
     final_key_sum: torch.Tensor | None
     tensors: dict[str, TensorBound] = field(default_factory=dict)
     # The per-sequence terms `backward_bounds` builds on (so it need not recompute them): one
-    # per head group (`groups`) and sequence, group-major; and the problem as judged (float64).
+    # per head group (`groups`) and sequence, group-major; and the problem as judged
+    # (`_prepare`: in its own dtype, each group converted to float64 while evaluated).
     pieces: list[ForwardPieces] = field(default_factory=list, repr=False)
     groups: list[tuple[int, int]] = field(default_factory=list, repr=False)
     problem: Problem | None = field(default=None, repr=False)
@@ -138,8 +139,15 @@ def _prepare(problem: Problem, recipe: PrecisionRecipe) -> tuple[Problem, Units]
             f"Expected recipe to be a PrecisionRecipe but got {type(recipe).__name__}."
         )
     judge = judging_device(problem.q.device)
-    p = as_kernel_sees(problem, recipe).to(torch.float64, judge)
-    return p, Units.of(recipe, problem.q.dtype)
+    return as_kernel_sees(problem, recipe).to(None, judge), Units.of(recipe, problem.q.dtype)
+
+
+def _in_float64(p: Problem, h0: int, h1: int) -> Problem:
+    """Heads h0..h1-1 of the judged problem in float64 (exactly).
+
+    Only the group evaluated is held in float64 (at H_g = H/2, half the inputs at the peak).
+    """
+    return slice_heads(p, h0, h1).to(torch.float64)
 
 
 def forward_bounds(
@@ -231,7 +239,7 @@ def _forward_bounds(
     counts: list[torch.Tensor] = []
     pieces: list[ForwardPieces] = []
     for h0, h1 in groups:
-        pg = slice_heads(p, h0, h1)
+        pg = _in_float64(p, h0, h1)
         for n, b, start, end in pg.sequences():
             seq = SequenceTerms(
                 pg,
@@ -247,6 +255,7 @@ def _forward_bounds(
             values, piece = forward_sequence(seq, pg)
             seq.forget_blocks()  # a group's cached weight blocks: O(L·P) each, held by `pieces`
             seq.release_decays()  # a vector gate's [H*K, L+1] decays, formed again when needed
+            seq.release_inputs()  # the group's float64 inputs, bound again for its gradients
             for key, x in values.items():
                 if key == "count_S":
                     counts.append(x)
@@ -415,7 +424,7 @@ def backward_bounds(
     # judging device). In that order the bounds' working tensors (the peak) never meet the
     # references, nor the autograd graph the bounds' outputs.
     for (h0, h1), group in _by_group(fb):
-        pg = slice_heads(p, h0, h1)
+        pg = _bound(p, h0, h1, group)
         dfs = slice_cotangent(d_final_state, h0, h1)
         do_g = do.narrow(2, h0, h1 - h0)
         sinks = [
@@ -427,21 +436,20 @@ def backward_bounds(
             width = K if p.vector_gate else 1
             M_g, B_g = out_rows.get("M_g", width), out_rows.get("B_g", width)
             charge_packed_scan(pg, M_g, B_g, h0, h1, units.acc)
-        for piece in group:
-            piece.seq.forget_blocks()
-            piece.seq.release_decays()
+        _release(group)
+        del pg
+    # Each group's reference gradients are kept as they are until every group's are formed:
+    # whole-problem tensors allocated at the first group would be held through the others.
+    per_group: dict[str, list[torch.Tensor]] = {}
     for h0, h1 in fb.groups or [(0, p.q.shape[2])]:
         dfs = slice_cotangent(d_final_state, h0, h1)
-        grads = reference_gradients(slice_heads(p, h0, h1), do.narrow(2, h0, h1 - h0), dfs)
+        grads = reference_gradients(_in_float64(p, h0, h1), do.narrow(2, h0, h1 - h0), dfs)
         for name in list(grads):
-            ref = grads.pop(name)
-            head_dim = 1 if name in ("initial_state", "initial_key_sum") else 2
-            if name not in refs:
-                whole = list(ref.shape)
-                whole[head_dim] = p.q.shape[2]
-                refs[name] = ref.new_zeros(whole)
-            refs[name].narrow(head_dim, h0, h1 - h0).copy_(ref)
-            del ref
+            per_group.setdefault(name, []).append(grads.pop(name))
+    for name, parts in per_group.items():
+        head_dim = 1 if name in ("initial_state", "initial_key_sum") else 2
+        refs[name] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=head_dim)
+        parts.clear()
 
     def rows(key: str, last: int | None) -> torch.Tensor:
         x = out_rows.get(key, last or 1)
@@ -493,11 +501,27 @@ def backward_bounds(
 
 
 def _judged(problem: Problem, recipe: PrecisionRecipe, fb: ForwardBounds) -> tuple[Problem, Units]:
-    """The problem as judged, float64 (`_prepare`): the forward's own where it kept it."""
+    """The problem as judged (`_prepare`): the forward's own where it kept it."""
     p = fb.problem
     if p is None or p.eps != as_kernel_sees(problem, recipe).eps or p.shape != problem.shape:
         return _prepare(problem, recipe)
     return p, Units.of(recipe, problem.q.dtype)
+
+
+def _bound(p: Problem, h0: int, h1: int, group: list[ForwardPieces]) -> Problem:
+    """The group's float64 problem, with its pieces' terms bound to it (`SequenceTerms.bind`)."""
+    pg = _in_float64(p, h0, h1)
+    for piece in group:
+        piece.seq.bind(pg)
+    return pg
+
+
+def _release(group: list[ForwardPieces]) -> None:
+    """Drop what a group's sequence terms hold beyond the forward's results, once evaluated."""
+    for piece in group:
+        piece.seq.forget_blocks()
+        piece.seq.release_decays()
+        piece.seq.release_inputs()
 
 
 def _by_group(fb: ForwardBounds) -> list[tuple[tuple[int, int], list[ForwardPieces]]]:
@@ -550,9 +574,10 @@ def overflow_elements(
     marked = torch.zeros(B, T, H, dtype=torch.bool, device=p.q.device)
     do = cotangents[0].to(p.q.device)
     for (h0, h1), group in _by_group(fb):
-        pg = slice_heads(p, h0, h1)
+        pg = _bound(p, h0, h1, group)
         dfs = slice_cotangent(moved_to(cotangents[1], p.q.device), h0, h1)
         per_seq = backward_pieces(pg, group, do.narrow(2, h0, h1 - h0), dfs)
+        _release(group)
         for values, (_, b, start, stop) in zip(per_seq, pg.sequences(), strict=True):
             marked[b, start:stop, h0:h1] = values["overflow_heads"]
     spread = depends_on_rows(p, marked, whole_sequence=True)

@@ -72,13 +72,17 @@ def slice_cotangent(d_final_state: object, h0: int, h1: int) -> object:
 class Rows:
     """Token tensors ``[B, T, H, X]`` (float64 zeros, or bool), filled piece by piece.
 
-    Each `put` writes one sequence and head group ``[H_g, L, X]``. Memory: the whole tensors.
+    Each `put` writes one sequence and head group ``[H_g, L, X]``. A key's whole tensor is formed
+    on its first `get`: until then its pieces are kept as they are, so while later head groups
+    are evaluated only the earlier groups' pieces are held, not tensors of every head (at
+    H_g = H/2 that halves what the results hold at the peak). Memory: the whole tensors.
     """
 
     def __init__(self, p: Problem, device: torch.device) -> None:
         self.shape = tuple(p.q.shape[:3])
         self.device = device
         self.tensors: dict[str, torch.Tensor] = {}
+        self._pending: dict[str, list[tuple[torch.Tensor, int, int, int, int, int]]] = {}
 
     def put(
         self, key: str, piece: torch.Tensor, b: int, start: int, end: int, h0: int, h1: int
@@ -86,18 +90,27 @@ class Rows:
         """Write ``piece`` ``[H_g, L, ...]`` (``[H_g, L]`` is taken as ``[H_g, L, 1]``)."""
         x = piece if piece.ndim == 3 else piece[..., None]
         full = self.tensors.get(key)
-        if full is None:
-            dtype = torch.bool if x.dtype == torch.bool else torch.float64
-            full = torch.zeros(*self.shape, x.shape[-1], dtype=dtype, device=self.device)
-            self.tensors[key] = full
-        full[b, start:end, h0:h1] = x.transpose(0, 1)
+        if full is not None:
+            full[b, start:end, h0:h1] = x.transpose(0, 1)
+            return
+        if x.untyped_storage().nbytes() > x.numel() * x.element_size():
+            x = x.clone()  # a view of a larger tensor would keep all of it alive
+        self._pending.setdefault(key, []).append((x, b, start, end, h0, h1))
 
     def get(self, key: str, last: int) -> torch.Tensor:
         """The whole ``[B, T, H, last]`` tensor (zeros where nothing was written)."""
         full = self.tensors.get(key)
-        if full is None:
-            full = torch.zeros(*self.shape, last, dtype=torch.float64, device=self.device)
-            self.tensors[key] = full
+        if full is not None:
+            return full
+        pending = self._pending.pop(key, [])
+        width = pending[0][0].shape[-1] if pending else last
+        dtype = torch.bool if pending and pending[0][0].dtype == torch.bool else torch.float64
+        full = torch.zeros(*self.shape, width, dtype=dtype, device=self.device)
+        self.tensors[key] = full
+        while pending:  # each piece freed once written
+            x, b, start, end, h0, h1 = pending.pop(0)
+            full[b, start:end, h0:h1] = x.transpose(0, 1)
+            del x
         return full
 
 

@@ -327,8 +327,7 @@ class Pairs:
             for f in term:
                 if block % f.block:
                     raise ValueError(f"scan block {block} is not a multiple of {f.block}")
-            Yc = Y if c == 1.0 else c * Y
-            _scan_term(term, Yc, block, out, reverse=reverse, column_decay=column_decay)
+            _scan_term(term, Y, c, block, out, reverse=reverse, column_decay=column_decay)
         return out
 
 
@@ -381,13 +380,16 @@ def _tiled(decay: torch.Tensor, R: int) -> torch.Tensor:
 def _scan_term(
     term: Term,
     Y: torch.Tensor,
+    c: float,
     block: int,
     out: torch.Tensor,
     *,
     reverse: bool,
     column_decay: torch.Tensor | None = None,
 ) -> None:
-    """Add Σ_{j<=t} Π_f X^f_tj Y_j (``reverse``: Σ_{t>=j} Π_f X^f_tj Y_t) to ``out`` ``[H, L, D]``.
+    """Add Σ_{j<=t} Π_f X^f_tj c Y_j (``reverse``: over t >= j, c Y_t) to ``out`` ``[H, L, D]``.
+
+    c Y is formed a block at a time (the same products, without a whole copy of Y).
 
     The state is kept as ``[H, R_big, Π R_rest · D]``: the factor with the most channels
     ("big") is contracted by one matrix product per block, the others with Y through their
@@ -410,7 +412,7 @@ def _scan_term(
     for s0 in starts:
         e = min(s0 + block, L)
         t = torch.arange(s0 + 1, e + 1, device=Y.device)
-        Yb = Y[:, s0:e]
+        Yb = Y[:, s0:e] if c == 1.0 else c * Y[:, s0:e]
         if Gc is None:
             near = _product([f.diagonal_block(t) for f in term])
             causal = t[None, :] <= t[:, None]

@@ -15,6 +15,11 @@ import torch
 from linattn_verify.linear_attn._bounds import lifted
 from linattn_verify.linear_attn._bounds.pairwise import Factor, Near, PairMatrix, Pairs, Separable
 from linattn_verify.linear_attn._bounds.units import Units, exp_error
+from linattn_verify.linear_attn._bounds.weight_errors import (
+    DecayBlocks,
+    error_of_rows,
+    separable_parts,
+)
 from linattn_verify.linear_attn.feature_maps import feature_map_derivative
 from linattn_verify.linear_attn.recipe import PrecisionRecipe
 from linattn_verify.linear_attn.semantics import Problem
@@ -30,8 +35,15 @@ DENSE_VECTOR_TOKENS = 64
 """The same for a vector gate, whose dense weights are [H, K, L, L+1]: O(L²K) (0.13 s dense,
 0.09 s scanned at L = 64; 0.37 s and 0.17 s at 128; 3.6 s and 1.0 s at 256)."""
 
+WEIGHT_ERROR_ELEMENTS = 1 << 18
+"""Elements of one block of rows of `SequenceTerms.weight_error` (2 MiB of float64 each)."""
+
 SCAN_TOKENS = 128
 """Tokens per block of that scan (rounded up to a multiple of the recipe's chunk size)."""
+
+
+_INPUTS = ("problem", "q_in", "k_in", "v", "q_feat", "k_feat", "q_err", "k_err", "S0", "z0")
+"""`SequenceTerms`' attributes taken from the problem (`SequenceTerms.bind`)."""
 
 
 class SequenceTerms:
@@ -48,6 +60,18 @@ class SequenceTerms:
     head-major (``[H*K, ...]``); the sums over key dimensions that carry the weights
     w_tjm = exp(G_tm - G_jm) are `weighted`, `rows` and `cols`.
     """
+
+    # Taken from the problem by `bind`, dropped by `release_inputs`.
+    problem: Problem
+    q_in: torch.Tensor
+    k_in: torch.Tensor
+    v: torch.Tensor
+    q_feat: torch.Tensor
+    k_feat: torch.Tensor
+    q_err: torch.Tensor
+    k_err: torch.Tensor
+    S0: torch.Tensor
+    z0: torch.Tensor
 
     def __init__(
         self,
@@ -70,52 +94,25 @@ class SequenceTerms:
         # over the whole packed row: its cumulative sums then carry the earlier sequences'.
         self.causal_exact = causal_exact
         self.packed_offset = _packed_offset(p, b, start) if not causal_exact else None
-        self.problem = p
         self.signed_scale = p.outer_scale
         self.scale = abs(p.outer_scale)
-        q = p.q[b, start:end].transpose(0, 1)  # [H, L, K]
-        k = p.k[b, start:end].transpose(0, 1)
-        self.q_in, self.k_in = q, k
-        self.v = p.v[b, start:end].transpose(0, 1)  # [H, L, V]
-        H, L, K = q.shape
-        V = self.v.shape[-1]
+        self._sequence = n
+        self._tokens = (b, start, end)
+        self.bind(p)
+        q = self.q_in
+        H, L = q.shape[:2]
         # K is the state's rows: the feature dimension F of a lifted map.
-        K = p.feature_dim
+        K, V = p.feature_dim, self.v.shape[-1]
         self.H, self.L, self.K, self.V = H, L, K, V
         # The rounding count of one feature dot (`lifted.dot_length` for a lifted map).
         self.dot_length = lifted.dot_length(p) if p.lifted else K
         dev, f64 = q.device, torch.float64
-        self.q_feat = p.query_features(q)
-        self.k_feat = p.key_features(k)
-        # Each side's map its own way: queries may take a map of their own (softmax over
-        # "efficient attention"'s features, exp on its keys).
-        under = self.units.underflow
-        self.q_err = (
-            lifted.feature_error(p, q, self.q_feat, units.arith, under, query=True)
-            if p.query_map in LIFTED_MAPS
-            else self._feature_error(q, p.query_map)
-        )
-        self.k_err = (
-            lifted.feature_error(p, k, self.k_feat, units.arith, under, query=False)
-            if p.feature_map in LIFTED_MAPS
-            else self._feature_error(k, p.feature_map)
-        )
-        self.S0 = (
-            p.initial_state[n]
-            if p.initial_state is not None
-            else torch.zeros(H, K, V, dtype=f64, device=dev)
-        )
-        self.z0 = (
-            p.initial_key_sum[n]
-            if p.initial_key_sum is not None
-            else torch.zeros(H, K, dtype=f64, device=dev)
-        )
         decay = p.g is not None
         self.vector = p.vector_gate
-        self._tokens = (b, start, end)
         # G, W_end and eps_w_end, formed on first use (`release_decays` drops them).
         self._decays: dict[str, torch.Tensor] = {}
-        self._blocks_of_G: tuple[int, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        # The scan's block size, and each position's block and its ends (`_blocks`).
+        self._blocks_of_G: DecayBlocks | None = None
         # The pair quantities ([H?, L, L+1], dense or lazy: `_dense_pairs`, `_lazy_pairs`).
         self.W: PairMatrix
         self.causal: PairMatrix
@@ -149,6 +146,55 @@ class SequenceTerms:
             self._lazy_pairs(math.lcm(scan_block, recipe.chunk_size))
         else:
             self._dense_pairs()
+
+    def bind(self, p: Problem) -> None:
+        """Take this sequence's inputs from ``p`` (float64), views where they can be.
+
+        q, k, v, their features and feature errors, S_0 and z_0.
+
+        `release_inputs` drops them, and a later ``bind`` of the same problem forms them again
+        (the same arithmetic): between the forward and the gradient bounds, and between head
+        groups, only the group under evaluation holds its float64 inputs.
+        """
+        n, (b, start, end) = self._sequence, self._tokens
+        units = self.units
+        self.problem = p
+        q = p.q[b, start:end].transpose(0, 1)  # [H, L, K]
+        k = p.k[b, start:end].transpose(0, 1)
+        self.q_in, self.k_in = q, k
+        self.v = p.v[b, start:end].transpose(0, 1)  # [H, L, V]
+        H, K, V = q.shape[0], p.feature_dim, self.v.shape[-1]
+        dev, f64 = q.device, torch.float64
+        self.q_feat = p.query_features(q)
+        self.k_feat = p.key_features(k)
+        # Each side's map its own way: queries may take a map of their own (softmax over
+        # "efficient attention"'s features, exp on its keys).
+        under = units.underflow
+        self.q_err = (
+            lifted.feature_error(p, q, self.q_feat, units.arith, under, query=True)
+            if p.query_map in LIFTED_MAPS
+            else self._feature_error(q, p.query_map)
+        )
+        self.k_err = (
+            lifted.feature_error(p, k, self.k_feat, units.arith, under, query=False)
+            if p.feature_map in LIFTED_MAPS
+            else self._feature_error(k, p.feature_map)
+        )
+        self.S0 = (
+            p.initial_state[n]
+            if p.initial_state is not None
+            else torch.zeros(H, K, V, dtype=f64, device=dev)
+        )
+        self.z0 = (
+            p.initial_key_sum[n]
+            if p.initial_key_sum is not None
+            else torch.zeros(H, K, dtype=f64, device=dev)
+        )
+
+    def release_inputs(self) -> None:
+        """Drop what `bind` took (reading one of them before the next ``bind`` is an error)."""
+        for name in _INPUTS:
+            self.__dict__.pop(name, None)
 
     @property
     def G(self) -> torch.Tensor:
@@ -396,25 +442,13 @@ class SequenceTerms:
         j = torch.arange(1, self.L + 1, device=rows.device)
         return (before.gather(-1, last) - before[:, j - 1]) > 0
 
-    def block_terms(self, G: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The decay scan's block size, and per position 0..L: block, |G| since its start, total.
-
-        The total is the block's |ΣG|, 0 for the initial state (position 0). Kept for the
-        sequence's own G: the scan asks for it once per block (O(L) each).
-        """
-        if G is self.G and self._blocks_of_G is not None:
-            return self._blocks_of_G
-        scan = self.recipe.decay_scan
-        block = self.recipe.chunk_size if scan == "chunk_local" else max(self.L, 1)
-        pos = torch.arange(0, self.L + 1, device=G.device)
-        blk = torch.where(pos > 0, torch.div(pos - 1, block, rounding_mode="floor"), -1)
-        start = torch.clamp(blk * block, min=0)  # position whose G the block's cumsum starts from
-        G_local = (G - G[:, start]).abs()  # [H, L+1]
-        end = torch.clamp((blk + 1) * block, max=self.L)
-        G_block_total = torch.where(blk >= 0, (G[:, end] - G[:, start]).abs(), 0.0)
-        if G is self.G:
-            self._blocks_of_G = (block, blk, G_local, G_block_total)
-        return block, blk, G_local, G_block_total
+    @property
+    def decay_blocks(self) -> DecayBlocks:
+        """The decay scan's blocks over positions 0..L (`weight_errors.DecayBlocks`)."""
+        if self._blocks_of_G is None:
+            r = self.recipe
+            self._blocks_of_G = DecayBlocks.of(r.decay_scan, r.chunk_size, self.L, self.G.device)
+        return self._blocks_of_G
 
     def weight_error(
         self, G: torch.Tensor, D: torch.Tensor, t: torch.Tensor, j: torch.Tensor
@@ -427,81 +461,61 @@ class SequenceTerms:
         every gate is <= 0, so the folded magnitudes add), and the products that join them add
         one rounding per step or piece, at most ε_w again (error model §2.9): (2f - 1) ε_w.
         """
-        return self._weight_error(G, D, t, j) * self.gate_factor
+        # Every operation is elementwise over G's rows: a vector gate's [H*K, ...] rows are
+        # evaluated a block at a time (the same arithmetic), so the ten or so temporaries are
+        # each one block, not one token tensor.
+        rows = D.shape[0]
+        per = max(1, WEIGHT_ERROR_ELEMENTS // max(1, D[0].numel()))
+        if rows <= per or rows != G.shape[0]:
+            per = rows
+        scan = self.recipe.decay_scan
+        blocks = None if scan == "per_step" else self.decay_blocks
+        out: torch.Tensor | None = None
+        for r0 in range(0, rows, per):
+            r1 = min(r0 + per, rows)
+            whole = per == rows
+            offset = self.packed_offset
+            part = error_of_rows(
+                D if whole else D[r0:r1],
+                t,
+                j,
+                G if whole else G[r0:r1],
+                blocks,
+                u=self.units.arith,
+                scan=scan,
+                causal_exact=self.causal_exact,
+                packed_offset=offset if offset is None or whole else offset[r0:r1],
+            ).mul_(self.gate_factor)
+            if whole:
+                return part
+            if out is None:
+                out = part.new_empty(rows, *part.shape[1:])
+            out[r0:r1] = part
+            del part
+        assert out is not None
+        return out
 
     @property
     def gate_factor(self) -> int:
         """What every ε_w is multiplied by: 2·gate_factors - 1 (`weight_error`)."""
         return 2 * self.problem.gate_factors - 1
 
-    def _weight_error(
-        self, G: torch.Tensor, D: torch.Tensor, t: torch.Tensor, j: torch.Tensor
-    ) -> torch.Tensor:
-        u = self.units.arith
-        absD = torch.nan_to_num(D.abs(), posinf=0.0)  # masked entries: their weight is 0 anyway
-        scan = self.recipe.decay_scan
-        if scan == "per_step":
-            return 4 * u * (t[:, None] - j[None, :]).clamp(min=0).to(G.dtype) + 2.4 * u * absD
-        block, blk, G_local, G_block_total = self.block_terms(G)
-        bt, bj = blk[t][:, None], blk[j][None, :]
-        same = bt == bj
-        pieces = torch.where(same, 1, bt - bj + 1).clamp(min=1).to(G.dtype)
-        Gt, Gj = G_local[:, t][:, :, None], G_local[:, j][:, None, :]
-        local = Gt + Gj + torch.where(same, 0.0, G_block_total[:, j][:, None, :] + absD)
-        eps_w = pieces * 5 * u + 3.4 * u * absD + block * u * local
-        if self.causal_exact:
-            return eps_w
-        # docs/error-model.md §4.1: a kernel may split each piece at a reference point r of
-        # its block, exp(G_t - G_r) exp(G_r - G_j) (FLA's chunk-end reference): two more exps
-        # and a multiply per block touched, each exponent at most the block's total, formed
-        # from block-local sums. Which r depends on later tokens of the block: so do the bits.
-        reach = G_block_total[:, t][:, :, None] + torch.where(
-            same, 0.0, G_block_total[:, j][:, None, :]
-        )
-        if scan == "global" and self.packed_offset is not None:
-            # Both cumulative sums start at the packed row's, |G_0| behind: each errs by
-            # L_b u |G_0| more, and the exponent difference by 2u |G_0| more.
-            reach = reach + self.packed_offset.reshape(-1, 1, 1)
-        return eps_w + 2 * pieces * 5 * u + (2 * 3.4 * u + block * u) * reach
-
     def separable_weight_error(self) -> tuple[torch.Tensor, torch.Tensor, Near, int]:
         """ε_w within a scan block (``near``, `weight_error`) and f(t) + g(j) across blocks.
 
-        Returns f ``[rows, L]``, g ``[rows, L+1]`` (rows: heads, or head-major (head, key
-        dimension) pairs for a vector gate), ``near`` and the block size scan blocks must be a
-        multiple of.
-
-        Across blocks (j in an earlier chunk than t, for a chunk-local scan), with
-        G̃ = -G non-decreasing (g <= 0), |G_t - G_j| = G̃_t - G̃_j, and every other part of
-        `weight_error` is a function of t's or of j's block, so ε_w = f(t) + g(j). A global
-        scan has one block: its pairs of tokens are all "same block", also f(t) + g(j).
+        Returns f ``[rows, L]``, g ``[rows, L+1]`` (`weight_errors.separable_parts`; rows:
+        heads, or head-major (head, key dimension) pairs for a vector gate), ``near`` and the
+        block size scan blocks must be a multiple of.
         """
-        G, u, L = self.G, self.units.arith, self.L
-        f64, dev = torch.float64, G.device
-        t, j = self.positions(L, dev)
-        tf, jf = t.to(f64), j.to(f64)
-        Gn = -G  # [H, L+1]
-        scan = self.recipe.decay_scan
-        if scan == "per_step":
-            f = 4 * u * tf + 2.4 * u * Gn[:, 1:]
-            g = -4 * u * jf - 2.4 * u * Gn
-        else:
-            B, blk, G_local, GBT = self.block_terms(G)
-            bt, bj = blk[1:].to(f64), blk.to(f64)
-            if scan == "chunk_local":  # never the same block across scan blocks
-                f = 5 * u * (bt + 1) + (3.4 * u + B * u) * Gn[:, 1:] + B * u * G_local[:, 1:]
-                g = -5 * u * bj - (3.4 * u + B * u) * Gn + B * u * (G_local + GBT)
-                if not self.causal_exact:
-                    f = f + 10 * u * (bt + 1) + (6.8 * u + B * u) * GBT[:, 1:]
-                    g = g - 10 * u * bj + (6.8 * u + B * u) * GBT
-            else:  # global: one block, pieces = 1, G_local = G̃
-                f = 5 * u + 3.4 * u * Gn[:, 1:] + B * u * G_local[:, 1:]
-                g = -3.4 * u * Gn + B * u * G_local
-                if not self.causal_exact:
-                    reach = GBT[:, 1:]
-                    if self.packed_offset is not None:
-                        reach = reach + self.packed_offset[:, None]
-                    f = f + 10 * u + (6.8 * u + B * u) * reach
+        G, scan = self.G, self.recipe.decay_scan
+        f, g = separable_parts(
+            G,
+            self.decay_blocks,
+            u=self.units.arith,
+            scan=scan,
+            causal_exact=self.causal_exact,
+            packed_offset=self.packed_offset,
+        )
 
         def near(tt: torch.Tensor, jj: torch.Tensor) -> torch.Tensor:
             causal = jj[None, :] <= tt[:, None]
@@ -509,7 +523,9 @@ class SequenceTerms:
             return self.weight_error(G, D, tt, jj)
 
         m = self.gate_factor
-        return m * f, m * g, near, self.recipe.chunk_size if scan == "chunk_local" else 1
+        f *= m
+        g *= m
+        return f, g, near, self.recipe.chunk_size if scan == "chunk_local" else 1
 
 
 def _packed_offset(p: Problem, b: int, start: int) -> torch.Tensor | None:

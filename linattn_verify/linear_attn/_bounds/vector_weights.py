@@ -93,12 +93,26 @@ class VectorWeights:
         of a kernel not promising causality: 10u + (6.8u + C u) |ΣG of t's chunk|).
         """
         if self._same_error is None:
-            u, Gn = self.seq.units.arith, -self.seq.G
-            B, _, G_local, GBT = self.seq.block_terms(self.seq.G)
-            f = 5 * u + 3.4 * u * Gn[:, 1:] + B * u * G_local[:, 1:]
-            g = -3.4 * u * Gn + B * u * G_local
+            u, G = self.seq.units.arith, self.seq.G
+            blocks = self.seq.decay_blocks
+            B = blocks.size
+            # In place, one [H*K, L] temporary at a time (each as large as a token tensor);
+            # the same roundings as the formula: 3.4u G̃ = G·(-3.4u) exactly, as G̃ = -G.
+            local = blocks.since_start(G)
+            local *= B * u  # B u |G|_loc
+            f = G[:, 1:] * (-3.4 * u)
+            f += 5 * u
+            f += local[:, 1:]
+            g = G * (3.4 * u)
+            g += local
+            del local
             if not self.seq.causal_exact:
-                f = f + 10 * u + (6.8 * u + B * u) * GBT[:, 1:]
+                f += 10 * u
+                f += blocks.total(G)[:, 1:] * (6.8 * u + B * u)
+            # A folded value gate's weights are products of two (`SequenceTerms.weight_error`):
+            # the across-chunk parts and the dense path carry the factor, and so must these.
+            f *= self.seq.gate_factor
+            g *= self.seq.gate_factor
             self._same_error = (self._vector_rows(f), self._vector_rows(g))
         return self._same_error
 
@@ -141,10 +155,24 @@ class VectorWeights:
         """Σ_m w_tjm a_tm b_jm over tokens (with ``error``, times ε_w(t, j, m)), ``[H, L, L]``."""
         if not self.seq.lazy:
             return torch.einsum("hmtj,htm,hjm->htj", self._dense_vector_weights(error), a, b)
-        b0 = torch.cat([torch.zeros_like(b[:, :1]), b], 1)
         Gc = self._channel_decay()
         if not error:  # exactly a decayed inner product
+            b0 = torch.cat([torch.zeros_like(b[:, :1]), b], 1)
             return Pairs.of(Factor(Separable(a, b0, Gc)), self.seq.L, self.seq.block)
+        f, g = self._error_parts()
+        if self.seq.recipe.decay_scan == "chunk_local":
+            # Its diagonal blocks' parts too, before the far channels exist: formed during the
+            # scan, their temporaries would meet everything the scan holds.
+            self._same_chunk_error_parts()
+        # The far factor's channels [f a, a] and [b0, g b0], written where they go: no
+        # [H, L, K] temporaries beside them (b0 is the first half of the columns).
+        K = a.shape[-1]
+        far_rows = _side_by_side(a, f, scaled_first=True)
+        far_cols = b.new_empty(max(g.shape[0], b.shape[0]), g.shape[1], 2 * K)
+        far_cols[:, :1, :K] = 0.0
+        far_cols[:, 1:, :K] = b
+        b0 = far_cols[..., :K]
+        torch.mul(g, b0, out=far_cols[..., K:])
 
         def near(t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
             factored = self._factored_weights(t) if t is j else None
@@ -160,8 +188,7 @@ class VectorWeights:
                 out = out + torch.where(mask, block, 0.0)
             return out
 
-        f, g = self._error_parts()
-        far = Separable(torch.cat([f * a, a], -1), torch.cat([b0, g * b0], -1), Gc)
+        far = Separable(far_rows, far_cols, Gc)
         unit = self.seq.recipe.chunk_size if self.seq.recipe.decay_scan == "chunk_local" else 1
         return Pairs.of(Factor(far, near, unit), self.seq.L, self.seq.block)
 
@@ -209,14 +236,17 @@ class VectorWeights:
             plain[:, s0:e] += near_plain
             err[:, s0:e] += near_err
         f, g = self._error_parts()
-        # Both halves of the columns decay alike: Gc's K channels tile the 2K.
+        # Both halves of the columns decay alike: Gc's K channels tile the 2K. The products
+        # are written into the halves of `far` once read (no [H, L, K] temporaries).
         if reverse:  # Y is indexed by rows t, the result by columns j
-            far = P.across_blocks(torch.cat([Y, f * Y], -1), Gc, reverse=True)
-            err.add_(far[..., K:]).add_(g[:, 1:] * far[..., :K])
+            far = P.across_blocks(_side_by_side(Y, f, scaled_first=False), Gc, reverse=True)
+            err.add_(far[..., K:])
+            err.add_(torch.mul(g[:, 1:], far[..., :K], out=far[..., K:]))
+            plain += far[..., :K]
         else:
-            far = P.across_blocks(torch.cat([Y, g[:, 1:] * Y], -1), Gc, reverse=False)
-            err.add_(f * far[..., :K]).add_(far[..., K:])
-        plain += far[..., :K]
+            far = P.across_blocks(_side_by_side(Y, g[:, 1:], scaled_first=False), Gc, reverse=False)
+            plain += far[..., :K]
+            err.add_(torch.mul(f, far[..., :K], out=far[..., :K])).add_(far[..., K:])
         return plain, err
 
     def _aligned_block_with_errors(
@@ -271,14 +301,17 @@ class VectorWeights:
                 P.diagonal(t).expand(H, -1, -1), Y, t, error, reverse
             )
         if not error:
-            return out + P.across_blocks(Y, Gc, reverse=reverse)
-        # ε = f(t, m) + g(j, m) across blocks: f on the rows' side, g on the columns'.
+            return out.add_(P.across_blocks(Y, Gc, reverse=reverse))
+        # ε = f(t, m) + g(j, m) across blocks: f on the rows' side, g on the columns'; the
+        # products written into the halves of `far` once read, as in `_aligned_with_errors`.
         f, g = self._error_parts()
         if reverse:  # Y is indexed by rows t, the result by columns j
-            far = P.across_blocks(torch.cat([f * Y, Y], -1), Gc, reverse=True)
-            return out + far[..., :K] + g[:, 1:] * far[..., K:]
-        far = P.across_blocks(torch.cat([Y, g[:, 1:] * Y], -1), Gc, reverse=False)
-        return out + f * far[..., :K] + far[..., K:]
+            far = P.across_blocks(_side_by_side(Y, f, scaled_first=True), Gc, reverse=True)
+            out += far[..., :K]
+            return out.add_(torch.mul(g[:, 1:], far[..., K:], out=far[..., K:]))
+        far = P.across_blocks(_side_by_side(Y, g[:, 1:], scaled_first=False), Gc, reverse=False)
+        out += torch.mul(f, far[..., :K], out=far[..., :K])
+        return out.add_(far[..., K:])
 
     def _aligned_block(
         self, Pb: torch.Tensor, Y: torch.Tensor, t: torch.Tensor, error: bool, reverse: bool
@@ -310,6 +343,16 @@ class VectorWeights:
                 else:
                     out += e * (fb * (Pm @ cY) + Pm @ (gb * cY))
         return out
+
+
+def _side_by_side(Y: torch.Tensor, scale: torch.Tensor, *, scaled_first: bool) -> torch.Tensor:
+    """``[Y, scale·Y]`` (or ``[scale·Y, Y]``) along the last dimension, formed in place."""
+    K = Y.shape[-1]
+    out = Y.new_empty(max(Y.shape[0], scale.shape[0]), Y.shape[1], 2 * K)  # [H, L, 2K]
+    plain, scaled = (out[..., K:], out[..., :K]) if scaled_first else (out[..., :K], out[..., K:])
+    plain.copy_(Y.expand_as(plain))
+    torch.mul(scale, Y, out=scaled)
+    return out
 
 
 __all__ = ["VectorWeights"]
