@@ -221,6 +221,52 @@ def harness_section(data: Row) -> list[str]:
     return lines
 
 
+SOAK_JSON = HERE / "soak_scaleout.json"
+
+
+def soak_section() -> list[str]:
+    """The soak's throughput with 1 and 2 workers on a local Ray (`soak_scaleout.py`, #29)."""
+    lines = [
+        "## Scale-out: the soak on Ray",
+        "",
+        "`python benchmarks/soak_scaleout.py --kernels 'torch/*' --max-visits 40 --workers 1 2`:"
+        " the same 40 (pair, visit number, seed) visits with 1 worker (in this process) and 2 (a"
+        " local Ray instance), each on a fresh state; soak s is the invocation's time in the"
+        " store (Ray's start and stop excluded, the workers' start-up included), wall s the whole"
+        " command. The driver's cost per visit and the model of a cluster:"
+        " [soak_scaleout.md](soak_scaleout.md).",
+        "",
+    ]
+    if not SOAK_JSON.exists():
+        return [*lines, "Not measured yet: run the command above.", ""]
+    summary = json.loads(SOAK_JSON.read_text())
+    runs = summary["runs"]
+    base = runs[0]["examples_per_second"]
+    rows = [
+        [
+            r["workers"],
+            r["visits"],
+            r["examples"],
+            f"{r['soak_seconds']:.1f}",
+            f"{r['examples_per_second']:.2f}",
+            f"{r['examples_per_second'] / base:.2f}",
+            f"{r['wall_seconds']:.1f}",
+        ]
+        for r in runs
+    ]
+    driver, ray = summary["driver"], summary["ray_round_trip"]
+    return [
+        *lines,
+        f"Measured {summary['date']} on {summary['machine']}:",
+        "",
+        *table(["workers", "visits", "examples", "soak s", "examples/s", "ratio", "wall s"], rows),
+        f"Driver per visit: take {driver['take_us']:.0f} µs, record {driver['record_us']:.0f} µs"
+        f" (one synced SQLite transaction); a no-op Ray task's round trip"
+        f" {ray['per_task_us'] / 1000:.1f} ms.",
+        "",
+    ]
+
+
 def xdist_section() -> list[str]:
     lines = [
         "## Scale-out: pytest-xdist",
@@ -360,6 +406,7 @@ def render(json_path: Path, full: bool) -> None:
         harness_section(data),
         bound_cost_section.section(data),
         xdist_section(),
+        soak_section(),
         delta_accuracy.section(HERE / "delta_accuracy"),
     ]
     RESULTS_MD.write_text(

@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from unittest import SkipTest
 
 from linattn_verify.core.draws import seeded_draws
 from linattn_verify.core.family import family_of
@@ -31,6 +32,9 @@ from linattn_verify.errors import InvalidArgument, PropertyViolation
 from linattn_verify.linear_attn.kernel import Kernel
 from linattn_verify.results import CaseRecord, PropertyVerdict
 from linattn_verify.triggers import Trigger, near, simplest_case, trigger_of
+
+if TYPE_CHECKING:
+    from hypothesis.database import ExampleDatabase
 
 FIRST_ROUND_EXAMPLES = 5
 """Most examples per property in the first round (later rounds size theirs to the time slice)."""
@@ -418,6 +422,9 @@ def search_property(
     seen: set[str] | None = None,
     shrink_seconds: float | None = None,
     triggers: list[Trigger] | None = None,
+    database: ExampleDatabase | None = None,
+    database_key: bytes | None = None,
+    replay_only: bool = False,
 ) -> PropertyVerdict:
     """One Hypothesis search of at most ``examples`` cases; return ``verdict`` with what it found.
 
@@ -436,12 +443,21 @@ def search_property(
     is appended (`Trigger.everywhere` when it cannot be told). The first failure is saved in
     ``failures_dir``, the n-th in its subfolder ``failure-n``, and ``verdict`` keeps the first
     failure's message.
+
+    A Hypothesis ``database`` (the soak's: `linattn_verify.example_db`) keeps failures under
+    ``database_key`` (no seed changes it); ``replay_only`` runs only what it gives to replay.
+    Without one (``check``, ``run``) nothing outlives the search: a seed draws the same cases.
     """
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
     from linattn_verify.running import check_property, record_of
 
+    if (database is None) != (database_key is None) or (replay_only and database is None):
+        raise InvalidArgument(
+            f"Got database={database!r}, database_key={database_key!r} and "
+            f"replay_only={replay_only}, but a database needs a key, and replay_only a database."
+        )
     seen = set() if seen is None else seen
     known = [] if triggers is None else triggers
     if known:
@@ -471,15 +487,20 @@ def search_property(
         budget_spent = end is not None and now > end
         return slice_spent or budget_spent or key in seen
 
-    @hypothesis_seed(seed)
+    # The settings go above the seed, which turns off the database of the settings it finds.
+    # Replaying is a search of its own (``replay_only``): with the reuse phase in every search,
+    # each visit would end on the same saved failure (`soak.replay_first` runs each once).
     @settings(
         max_examples=examples,
         deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
+        database=database,
+        phases=[Phase.reuse]
+        if replay_only
+        else [Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
         suppress_health_check=list(HealthCheck),
         print_blob=False,
     )
+    @hypothesis_seed(seed)
     @given(spec=strategy)
     def search(spec: Any) -> None:
         key = repr(spec)
@@ -504,6 +525,9 @@ def search_property(
         counted[0] = counted[0].counted(result)
         listener.case_finished(record_of(kernel, spec, result, time.perf_counter() - case_started))
 
+    if database_key is not None:  # as `hypothesis.find(database_key=...)` sets it: not a hash
+        # of the source of `search`, which is the same for every kernel and property
+        search._hypothesis_internal_database_key = database_key  # type: ignore[attr-defined]
     failure: PropertyViolation | None = None
     note = ""
     try:
@@ -513,6 +537,9 @@ def search_property(
     except PropertyViolation as exc:
         # Hypothesis re-raises the shrunk example's violation: that is the minimal case.
         failure = exc
+    except SkipTest:  # no case ran: the entry to replay was unreadable (Hypothesis deleted it)
+        if not replay_only:
+            raise
     except Exception as exc:
         # Hypothesis raises an exception group (FlakyFailure) when a failing example passed on
         # a rerun: a nondeterministic kernel. The violations inside still fail the property.

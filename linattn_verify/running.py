@@ -9,7 +9,7 @@ project's suite prints is what a user of ``check`` sees.
 `run_group` is what ``linattn-verify run`` does for one (kernel, dtype): draw cases, judge each
 with the catalogue's oracle property through `check_property`, emit a `CaseRecord` per case. A
 group is seeded on its own, so its records are the same whether the groups run one after
-another or spread over worker processes (``run --workers N``).
+another or spread over Ray tasks (``run --workers N``).
 """
 
 from __future__ import annotations
@@ -366,33 +366,22 @@ def side_by_side_cases(kernel: AnyKernel, dtype: str, settings: GroupSettings) -
     return _SHARED[key]
 
 
-_PROGRESS_QUEUE: Any = None
-"""Where a worker process sends word of each case (`send_progress_to`); `None`: nowhere."""
+def run_group_reporting(
+    kernel_name: str, dtype: str, settings: GroupSettings, news: Any
+) -> list[CaseRecord]:
+    """`run_group` in a worker (a Ray task of ``run --workers N``), by kernel name.
 
-
-def send_progress_to(queue: Any) -> None:
-    """Make this worker process's `run_group_in_worker` put each case on ``queue``.
-
-    The initializer of ``run --workers N``'s pool: a worker prints nothing (the parent's bar
-    would be scribbled over); it puts ``(kernel_name, dtype, ok, progress_line)`` on ``queue``
-    (a `multiprocessing` queue, which only process creation can hand over) as each case ends.
-    """
-    global _PROGRESS_QUEUE
-    _PROGRESS_QUEUE = queue
-
-
-def run_group_in_worker(kernel_name: str, dtype: str, settings: GroupSettings) -> list[CaseRecord]:
-    """`run_group` in a worker process, by kernel name (kernels hold closures: not picklable).
-
-    Each case is also put on the queue of `send_progress_to`, when there is one.
+    Kernels hold closures (not picklable): the worker finds its own by name. It prints nothing
+    (the driver's bar would be scribbled over); it puts ``(kernel_name, dtype, ok,
+    progress_line)`` on ``news`` (a queue the driver drains) as each case ends, and returns the
+    group's records.
     """
     records: list[CaseRecord] = []
     (kernel,) = [k for k in select_kernels([kernel_name]) if k.name == kernel_name]
 
     def emit(record: CaseRecord) -> None:
         records.append(record)
-        if _PROGRESS_QUEUE is not None:
-            _PROGRESS_QUEUE.put((kernel_name, dtype, record.ok, progress_line(record)))
+        news.put((kernel_name, dtype, record.ok, progress_line(record)))
 
     run_group(kernel, dtype, settings, emit)
     return records
@@ -421,9 +410,8 @@ __all__ = [
     "progress_line",
     "record_of",
     "run_group",
-    "run_group_in_worker",
+    "run_group_reporting",
     "select_kernels",
-    "send_progress_to",
     "side_by_side_cases",
     "verify_case",
     "violation",

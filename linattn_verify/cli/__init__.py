@@ -57,6 +57,16 @@ def build_parser(family: str = DEFAULT_FAMILY) -> argparse.ArgumentParser:
     drift.add_parser(sub, family)
     replay = sub.add_parser("replay", help="re-run a saved failure and say if it reproduces")
     replay.add_argument("file", type=Path, help="a saved failure (.json) from a failures directory")
+    replay.add_argument(
+        "--manifest",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="FILE",
+        help="a kernel manifest declaring the failure's kernel (as given to soak): the kernel is "
+        "loaded from it by name, not from the file path saved with the failure, which is the "
+        "path on the machine that found it; repeatable",
+    )
     sub.add_parser("list", help="list the registered kernels and their precision recipes")
     return parser
 
@@ -93,7 +103,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "list":
         return list_kernels()
     if args.command == "replay":
-        return replay_command(args.file)
+        return replay_command(args.file, manifests=args.manifest or [])
     if args.command == "check":
         return check.command(args)
     if args.command == "report":

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from linattn_verify.cli._args import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
-def replay_command(path: Path) -> int:
-    """``linattn-verify replay FILE``."""
+def replay_command(path: Path, *, manifests: Sequence[Path] = ()) -> int:
+    """``linattn-verify replay FILE [--manifest M ...]``."""
+    from linattn_verify.cli.manifest import manifest_kernels
     from linattn_verify.core.family import family_of
     from linattn_verify.errors import InvalidArgument
     from linattn_verify.failures import load_failure, replay
@@ -23,6 +25,18 @@ def replay_command(path: Path) -> int:
         if saved.kernel.startswith("fla/"):
             # FLA's kernels are not registered (importing FLA costs seconds): as `run` does.
             kernels.update({k.name: k for k in select_kernels(["fla/*"])})
+        # A manifest's kernel by its name, in this machine's checkout: the saved source names a
+        # file by the path it had where the failure was found.
+        kernels.update({k.name: k for k in manifest_kernels(manifests)})
+        source = saved.kernel_source or {}
+        location = str(source.get("target", "")).rpartition(":")[0]
+        missing = location.endswith(".py") and not Path(location).is_file()
+        if saved.kernel not in kernels and missing:
+            raise InvalidArgument(
+                f"Got a failure of kernel {saved.kernel!r}, saved as loaded from {location}, but "
+                "there is no such file here (it was found on another machine, or moved): give "
+                "the manifest that declares the kernel with --manifest FILE."
+            )
         properties = family_of(saved.spec).properties()
         result = replay(path, properties=properties, kernels=kernels)
     except (InvalidArgument, FileNotFoundError, ValueError) as exc:

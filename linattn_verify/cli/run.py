@@ -68,7 +68,17 @@ def add_parser(sub: Any) -> None:
         "--workers",
         type=positive,
         default=1,
-        help="worker processes the (kernel, dtype) groups are spread over. Default: 1",
+        help="(kernel, dtype) groups run at once, each a Ray task (the `cluster` extra: "
+        'pip install -e ".[cluster]"): on a local Ray instance of N CPUs, or on the cluster '
+        "of --ray-address, one GPU per task where it has GPUs. 1: in this process, without "
+        "Ray. Default: %(default)s",
+    )
+    run.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDRESS",
+        help="join the Ray cluster at ADDRESS (host:port, or auto) instead of starting a local "
+        "instance; needs --workers N > 1. Every node needs linattn-verify installed",
     )
     run.add_argument(
         "--out",
@@ -87,11 +97,13 @@ def add_parser(sub: Any) -> None:
 def command(args: argparse.Namespace) -> int:
     """``linattn-verify run``."""
     from linattn_verify._device import environment
+    from linattn_verify.cluster import check_engine
     from linattn_verify.core.family import family_of
     from linattn_verify.errors import InvalidArgument
     from linattn_verify.running import GroupSettings, select_kernels
 
     try:
+        check_engine(workers=args.workers, address=args.ray_address)
         kernels = select_kernels(args.kernels)
     except InvalidArgument as exc:
         print(f"linattn-verify run: error: {exc}", file=sys.stderr)
@@ -139,7 +151,7 @@ def command(args: argparse.Namespace) -> int:
     )
     print(
         f"{len(kernels)} kernels, {len(groups)} (kernel, dtype) groups x {args.examples} cases"
-        f"{f' over {args.workers} worker processes' if args.workers > 1 else ''}; "
+        f"{f', {args.workers} at a time on Ray' if args.workers > 1 else ''}; "
         f"writing {writer.lines_path}"
     )
     started = time.perf_counter()
@@ -147,7 +159,7 @@ def command(args: argparse.Namespace) -> int:
     # The plan: the draws may make fewer cases, the side-by-side ones add some.
     total = len(groups) * args.examples
     with Progress("run", total, verbose=args.verbose, left=clock.seconds_left) as bar:
-        _run_groups(groups, settings, args.workers, writer.add_case, bar, clock)
+        _run_groups(groups, settings, args.workers, args.ray_address, writer.add_case, bar, clock)
         bar.settle()
     document = writer.finish()
     print(_summary(document, time.perf_counter() - started))
@@ -159,6 +171,7 @@ def _run_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "kernels": list(args.kernels),
         "workers": args.workers,
+        "ray_address": args.ray_address,
         "dtypes": list(args.dtypes),
         "examples": args.examples,
         "max_seq_len": args.max_seq_len,
@@ -173,15 +186,16 @@ def _run_groups(
     groups: list[tuple[Any, str]],
     settings: Any,
     workers: int,
+    address: str | None,
     emit: Any,
     bar: Progress,
     clock: GroupClock,
 ) -> None:
-    """Run every (kernel, dtype) group, in this process or over ``workers`` processes.
+    """Run every (kernel, dtype) group, in this process or as Ray tasks, ``workers`` at a time.
 
-    Each group is seeded on its own, so the records are the same either way; with workers they
+    Each group is seeded on its own, so the records are the same either way; on Ray they
     arrive a group at a time, as each group finishes. ``bar`` advances case by case either way
-    (a worker puts word of each case on a queue; it prints nothing).
+    (a task puts word of each case on a queue; it prints nothing).
     """
     from linattn_verify.running import progress_line, run_group
 
@@ -198,58 +212,55 @@ def _run_groups(
             run_group(kernel, dtype, settings, emit_and_advance)
             clock.finished(group)
         return
-    _run_groups_in_workers(groups, settings, workers, emit, bar, clock)
+    _run_groups_on_ray(groups, settings, workers, address, emit, bar, clock)
 
 
-def _run_groups_in_workers(
+def _run_groups_on_ray(
     groups: list[tuple[Any, str]],
     settings: Any,
     workers: int,
+    address: str | None,
     emit: Any,
     bar: Progress,
     clock: GroupClock,
 ) -> None:
-    """`_run_groups` over ``workers`` spawned processes; the bar follows the workers' queue."""
-    import multiprocessing
-    import queue as queues
-    from concurrent.futures import ProcessPoolExecutor
+    """`_run_groups` as Ray tasks (`linattn_verify.cluster`); the bar follows their queue.
 
-    from linattn_verify.running import progress_line, run_group_in_worker, send_progress_to
+    A group whose worker died is run again by Ray (`RaySession.retries`); its records come
+    from the attempt that finished, so each case is written once. Only the bar may have counted
+    a dead attempt's cases.
+    """
+    import importlib
 
-    # Spawned, not forked: a forked child would inherit torch's threads and CUDA state.
-    context = multiprocessing.get_context("spawn")
-    news = context.Queue()
-    # Cases the bar has counted, per group; a finished group's late news is not counted again.
-    counted: dict[tuple[str, str], int] = {}
-    finished: set[tuple[str, str]] = set()
+    from linattn_verify.cluster import ray_session
+    from linattn_verify.running import progress_line, run_group_reporting
 
-    def drain(wait: float) -> None:
-        try:
-            while True:
-                name, dtype, ok, line = news.get(timeout=wait)
-                wait = 0.0
+    with ray_session(workers=workers, address=address) as session:
+        ray: Any = importlib.import_module("ray")
+        queues: Any = importlib.import_module("ray.util.queue")
+        news = queues.Queue()
+        task = ray.remote(run_group_reporting).options(**session.task_options())
+        # Cases the bar has counted, per group; a finished group's late news is not counted.
+        counted: dict[tuple[str, str], int] = {}
+        finished: set[tuple[str, str]] = set()
+
+        def drain() -> None:
+            for name, dtype, ok, line in news.get_nowait_batch(news.qsize()):
                 if (name, dtype) not in finished:
                     counted[name, dtype] = counted.get((name, dtype), 0) + 1
                     clock.advanced((name, dtype))
                     bar.advance(failed=not ok, line=line)
-        except queues.Empty:
-            pass
 
-    with ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=context,
-        initializer=send_progress_to,
-        initargs=(news,),
-    ) as pool:
         pending = {
-            pool.submit(run_group_in_worker, kernel.name, dtype, settings): (kernel.name, dtype)
+            task.remote(kernel.name, dtype, settings, news): (kernel.name, dtype)
             for kernel, dtype in groups
         }
         while pending:
-            drain(0.1)
-            for future in [f for f in pending if f.done()]:
-                group = pending.pop(future)
-                records = future.result()
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=0.1)
+            drain()
+            for ref in done:
+                group = pending.pop(ref)
+                records = ray.get(ref)
                 # The news of the group's last cases may still be on its way: count them now.
                 for record in records[counted.get(group, 0) :]:
                     bar.advance(failed=not record.ok, line=progress_line(record))

@@ -1,26 +1,26 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""The soak's state file: counts and failures per (kernel, property), across invocations."""
+"""The soak's state: counts and failures per (kernel, property), across invocations.
+
+The types here are the state as a document (`SoakState`, its JSON form `SoakState.to_json`, the
+format of the state files of before the SQLite store and of ``soak --export``) and what a visit
+returns (`VisitResult`); `linattn_verify.soak.store` keeps them in SQLite.
+"""
 
 from __future__ import annotations
 
 import builtins
-import contextlib
 import json
 import math
 import os
-import sys
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from linattn_verify.errors import InvalidArgument
 from linattn_verify.results import PropertyVerdict, Status
-
-if TYPE_CHECKING:
-    pass
 
 STATE_FORMAT = "linattn-verify-soak"
 """The ``format`` field of a state file: anything else is not ours."""
@@ -28,8 +28,11 @@ STATE_FORMAT = "linattn-verify-soak"
 STATE_VERSION = 1
 """Version of the state document; bumped when its fields change meaning."""
 
-DEFAULT_STATE = Path(".linattn-soak.json")
-"""Where the state is kept when ``--state`` is not given."""
+DEFAULT_STATE = Path(".linattn-soak.sqlite")
+"""Where the state is kept when ``--state`` is not given (a SQLite store)."""
+
+LEGACY_DEFAULT_STATE = Path(".linattn-soak.json")
+"""The default of before the store: a JSON state there is migrated into `DEFAULT_STATE`."""
 
 DEFAULT_KERNELS = ("triton/*", "torch/*", "fla/*")
 """What a soak visits by default: our Triton kernels, the torch references, FLA's if installed."""
@@ -70,7 +73,11 @@ def visit_seed(base: int, kernel: str, prop: str, visit: int) -> int:
 
 
 def failures_dir_of(state_path: Path) -> Path:
-    """Where a soak saves its failing cases: ``soak.json`` -> ``soak.failures/`` beside it."""
+    """Where a soak saves its failing cases: ``soak.sqlite`` -> ``soak.failures/`` beside it.
+
+    The folder is named after the stem, so a JSON state and the store migrated from it
+    (``soak.json``, ``soak.sqlite``) share it.
+    """
     return state_path.with_name(f"{state_path.stem or state_path.name}.failures")
 
 
@@ -232,6 +239,37 @@ class PairState:
 
 
 @dataclass(frozen=True)
+class VisitResult:
+    """What one visit's search found, before the store counts it (what a worker task returns).
+
+    Attributes:
+        kernel: The kernel's name.
+        property: The property's name.
+        number: The pair's visit it was (from 1).
+        seed: Its Hypothesis seed (`visit_seed` of the number).
+        examples: Cases tried (shrinking included).
+        not_applicable: Cases on which the property did not apply.
+        within_rounding: Cases within the bound whose bits differ from the exact identity.
+        seconds: Time the search took.
+        failure: The failure it found, or `None`; its ``examples_before`` is set when the store
+            records it (the pair's count then), not by the search.
+        folder: Where the visit saved its failing case, if it did (the driver removes it when the
+            case is already recorded).
+    """
+
+    kernel: str
+    property: str
+    number: int
+    seed: int
+    examples: int
+    not_applicable: int
+    within_rounding: int
+    seconds: float
+    failure: SoakFailure | None = None
+    folder: str | None = None
+
+
+@dataclass(frozen=True)
 class Invocation:
     """One ``linattn-verify soak`` process.
 
@@ -282,7 +320,8 @@ class SoakState:
 
     Attributes:
         seed: Base seed of every visit (`visit_seed`), fixed when the state is created.
-        pairs: Every (kernel, property) visited so far, in the order first visited.
+        pairs: Every (kernel, property) visited so far, in the order first recorded (with
+            workers, visits finish out of order).
         invocations: Every invocation, oldest first.
     """
 
@@ -351,7 +390,9 @@ class SoakState:
 
 
 def load_state(path: Path) -> SoakState | None:
-    """Read the state at ``path``; `None` if there is no file there.
+    """Read the JSON state at ``path``; `None` if there is no file there.
+
+    The JSON state is the state file of before the store, and what ``soak --export`` writes.
 
     Raises:
         SoakStateError: naming ``path``, if it is not a soak state this version can read.
@@ -385,7 +426,10 @@ def load_state(path: Path) -> SoakState | None:
 
 
 def save_state(state: SoakState, path: Path) -> None:
-    """Write ``state`` to ``path`` atomically (a reader or a kill never sees half a file)."""
+    """Write ``state`` to ``path`` as JSON, atomically (a reader or a kill never sees half a file).
+
+    What ``soak --export`` writes; the soak itself keeps its state in the store.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with tmp.open("w") as out:
@@ -395,36 +439,11 @@ def save_state(state: SoakState, path: Path) -> None:
     os.replace(tmp, path)
 
 
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (through ``<path>.lock``) for the block.
-
-    Raises:
-        SoakBusy: if another process holds it.
-    """
-    if sys.platform == "win32":  # pragma: no cover - no flock; soak unlocked
-        yield
-        return
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.with_name(f"{path.name}.lock").open("a") as lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SoakBusy(
-                f"Got --state {path}, but another soak is running on it (it holds {lock.name})."
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-
 __all__ = [
     "DEFAULT_CHUNK_EXAMPLES",
     "DEFAULT_KERNELS",
     "DEFAULT_STATE",
+    "LEGACY_DEFAULT_STATE",
     "STATE_FORMAT",
     "STATE_VERSION",
     "Invocation",
@@ -434,9 +453,9 @@ __all__ = [
     "SoakState",
     "SoakStateError",
     "SoakStopped",
+    "VisitResult",
     "failures_dir_of",
     "load_state",
-    "locked",
     "save_state",
     "utc_now",
     "visit_seed",

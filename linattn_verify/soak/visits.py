@@ -1,15 +1,14 @@
 # Copyright 2026 The linattn-verify authors. Licensed under the Apache License, Version 2.0.
-"""The soak's visits: one Hypothesis search of one property on one kernel, round-robin."""
+"""The soak's visits: one Hypothesis search of one property on one kernel, and its reporting."""
 
 from __future__ import annotations
 
 import contextlib
 import re
-import shutil
 import signal
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -26,15 +25,11 @@ if TYPE_CHECKING:
 
 from linattn_verify.soak.state import (
     DEFAULT_CHUNK_EXAMPLES,
-    Invocation,
     PairState,
     SoakFailure,
     SoakState,
-    SoakStateError,
     SoakStopped,
-    failures_dir_of,
-    load_state,
-    save_state,
+    VisitResult,
     utc_now,
     visit_seed,
 )
@@ -102,6 +97,11 @@ class SoakSettings:
         budget: Wall-clock seconds for this invocation (no new visit starts after), or `None`.
         max_visits: Visits for this invocation, or `None`.
         seed: Base seed of a new state (`None`: 0); a resumed state keeps its own.
+        example_db: The shared example database, as ``--example-db`` names it (a directory,
+            ``redis://host[:port][/db]``; `linattn_verify.example_db`): failures found by
+            any worker sharing it are replayed first (`linattn_verify.soak.replay_first`).
+            `None` or ``none``: no database. The command line's default is the directory
+            beside the state (`example_db.default_example_db`).
     """
 
     chunk_examples: int = DEFAULT_CHUNK_EXAMPLES
@@ -110,6 +110,8 @@ class SoakSettings:
     budget: float | None = None
     max_visits: int | None = None
     seed: int | None = None
+    # A string, not an open database: the settings travel to worker processes.
+    example_db: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,35 +160,46 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "unnamed"
 
 
-def _key(failure: SoakFailure) -> tuple[bool, str]:
-    """What makes a failure distinct: its case; for a harness error, the error."""
-    return (failure.error, failure.message if failure.error else failure.case)
+def visit_folder(failures_dir: Path, kernel: str, prop: str, number: int) -> Path:
+    """Where visit ``number`` of (kernel, prop) saves its failing case, in ``failures_dir``."""
+    return failures_dir / f"{_safe(prop)}-{_safe(kernel)}-v{number}"
 
 
 def visit(
-    pair: PairState,
     kernel: Kernel,
+    name: str,
     prop: Callable[..., Any],
     *,
+    number: int,
     settings: SoakSettings,
     base_seed: int,
     failures_dir: Path,
-) -> VisitOutcome:
-    """Search ``prop`` on ``kernel`` once more: one Hypothesis search of a fresh seed.
+) -> VisitResult:
+    """Search property ``name`` (``prop``) on ``kernel`` for the pair's visit ``number``.
 
-    The search is `checking.check_kernel`'s (`checking.search_property`): every case goes
-    through `running.check_property`, a failure is shrunk and saved for ``linattn-verify replay`` in
-    ``failures_dir/<property>-<kernel>-v<visit>/``. An error of the harness itself (an exception
-    that is not a property violation) is recorded as a failure with ``error`` set.
+    One Hypothesis search of the visit's own seed (`visit_seed`): `checking.check_kernel`'s
+    (`checking.search_property`), so every case goes through `running.check_property`, and a
+    failure is shrunk and saved for ``linattn-verify replay`` in `visit_folder`. With a shared
+    example database (``settings.example_db``), the pair's failures saved there that this
+    process has not replayed come first (`soak.replay_first`): one that still fails is the
+    visit's failure, and the seed is not searched. An error of the harness itself (an exception
+    that is not a property violation) is returned as a failure with ``error`` set. Nothing is
+    recorded: the caller counts the result (`SoakStore.record`), once, however many times the
+    visit ran.
+
+    Raises:
+        InvalidArgument: if ``number`` is not an int >= 1.
     """
-    from linattn_verify.checking import search_property
+    from linattn_verify.example_db import database_key, open_example_db
+    from linattn_verify.soak.replay_first import replay_then_search
 
-    number = pair.visits + 1
-    seed = visit_seed(base_seed, kernel.name, pair.property, number)
-    folder = failures_dir / f"{_safe(pair.property)}-{_safe(kernel.name)}-v{number}"
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise InvalidArgument(f"Expected an int >= 1 but got number={number!r}.")
+    seed = visit_seed(base_seed, kernel.name, name, number)
+    folder = visit_folder(failures_dir, kernel.name, name, number)
     seen = _Seen()
     started = time.perf_counter()
-    fresh = PropertyVerdict(kernel.name, pair.property, "held")
+    fresh = PropertyVerdict(kernel.name, name, "held")
     failure: SoakFailure | None = None
     try:
         strategy = family_of(kernel).cases_for(
@@ -195,10 +208,13 @@ def visit(
             max_head_dim=settings.max_head_dim,
             realistic=False,
         )
-        verdict = search_property(
+        database = None if settings.example_db is None else open_example_db(settings.example_db)
+        verdict = replay_then_search(
             prop,
             kernel,
             strategy,
+            database=database,
+            key=database_key(family_of(kernel).name, kernel.name, name),
             seed=seed,
             examples=settings.chunk_examples,
             verdict=fresh,
@@ -218,7 +234,7 @@ def visit(
             case=seen.last_case,
             message=f"harness error: {detail}{where}",
             failure_file=None,
-            examples_before=pair.examples,
+            examples_before=0,
             found_at=utc_now(),
             error=True,
         )
@@ -231,128 +247,21 @@ def visit(
                 case=last.case if last is not None else verdict.message.splitlines()[0],
                 message=verdict.message,
                 failure_file=verdict.failure_file,
-                examples_before=pair.examples,
+                examples_before=0,
                 found_at=utc_now(),
             )
-    seconds = time.perf_counter() - started
-    known = failure is not None and _key(failure) in {_key(f) for f in pair.failures}
-    if known and folder.is_dir():
-        shutil.rmtree(folder)  # this visit's copy of a case already recorded
-    new_failure = None if known else failure
-    updated = replace(
-        pair,
-        visits=number,
-        examples=pair.examples + verdict.examples,
-        not_applicable=pair.not_applicable + verdict.not_applicable,
-        within_rounding=pair.within_rounding + verdict.within_rounding,
-        seconds=round(pair.seconds + seconds, 3),
-        failures=pair.failures if new_failure is None else (*pair.failures, new_failure),
+    return VisitResult(
+        kernel=kernel.name,
+        property=name,
+        number=number,
+        seed=seed,
+        examples=verdict.examples,
+        not_applicable=verdict.not_applicable,
+        within_rounding=verdict.within_rounding,
+        seconds=time.perf_counter() - started,
+        failure=failure,
+        folder=str(folder) if folder.is_dir() else None,
     )
-    return VisitOutcome(updated, verdict.examples, failure is not None, new_failure)
-
-
-def soak(
-    kernels: Sequence[Any],
-    properties: Mapping[str, Callable[..., Any]]
-    | Callable[[Any], Mapping[str, Callable[..., Any]]],
-    state_path: Path,
-    settings: SoakSettings,
-    *,
-    say: Callable[[str], None] = lambda line: None,
-    stopper: Stopper | None = None,
-    visited: Callable[[VisitOutcome, float], None] | None = None,
-) -> SoakState:
-    """Visit every (kernel, property) round-robin until the budget; keep score in ``state_path``.
-
-    Resumes from the state at ``state_path`` when there is one. The state is saved after every
-    visit; ``say`` gets a progress line per visit (`progress_line`), and ``visited`` the visit's
-    outcome and the seconds since the soak started (a progress bar's news). Stops when
-    ``settings.budget`` seconds have passed or ``settings.max_visits`` visits are done
-    (neither: until ``stopper`` is told to).
-
-    Raises:
-        SoakStateError: if the state file cannot be read, or ``settings.seed`` contradicts it.
-        InvalidArgument: if there is nothing to visit.
-    """
-    # The properties of each kernel: the same for all, or chosen per kernel (its family's).
-    catalogues = {
-        k.name: dict(properties if isinstance(properties, Mapping) else properties(k))
-        for k in kernels
-    }
-    names = list(dict.fromkeys(n for c in catalogues.values() for n in c))
-    pairs = [(k, n) for k in kernels for n in catalogues[k.name]]
-    if not pairs:
-        raise InvalidArgument("Got no kernels or no properties: there is nothing to soak.")
-    from linattn_verify._device import versions
-
-    stopper = stopper or Stopper()
-    state = load_state(state_path)
-    if state is None:
-        state = SoakState(seed=settings.seed or 0)
-    elif settings.seed is not None and settings.seed != state.seed:
-        raise SoakStateError(
-            f"Got --seed {settings.seed}, but --state {state_path} was started with seed "
-            f"{state.seed}: resume without --seed, or start another state file."
-        )
-    failures_dir = failures_dir_of(state_path)
-    invocation = Invocation(
-        started=utc_now(),
-        versions=versions(),
-        settings={
-            "kernels": [k.name for k in kernels],
-            "properties": names,
-            "chunk_examples": settings.chunk_examples,
-            "max_seq_len": settings.max_seq_len,
-            "max_head_dim": settings.max_head_dim,
-            "budget": settings.budget,
-            "max_visits": settings.max_visits,
-        },
-    )
-    state = state.with_invocation(invocation, new=True)
-    save_state(state, state_path)
-    started = time.perf_counter()
-    reason = "running"
-    while True:
-        elapsed = time.perf_counter() - started
-        if stopper.requested is not None:
-            reason = stopper.requested
-        elif settings.budget is not None and elapsed >= settings.budget:
-            reason = "budget"
-        elif settings.max_visits is not None and invocation.visits >= settings.max_visits:
-            reason = "max_visits"
-        if reason != "running":
-            break
-        current = state
-        kernel, name = min(pairs, key=lambda p: current.pair(p[0].name, p[1]).visits)
-        try:
-            with stopper.visiting():
-                outcome = visit(
-                    state.pair(kernel.name, name),
-                    kernel,
-                    catalogues[kernel.name][name],
-                    settings=settings,
-                    base_seed=state.seed,
-                    failures_dir=failures_dir,
-                )
-        except SoakStopped as stop:
-            reason = str(stop)
-            break
-        invocation = replace(
-            invocation,
-            seconds=round(time.perf_counter() - started, 3),
-            visits=invocation.visits + 1,
-        )
-        state = state.with_pair(outcome.pair).with_invocation(invocation)
-        save_state(state, state_path)
-        say(progress_line(outcome, invocation.seconds))
-        if visited is not None:
-            visited(outcome, invocation.seconds)
-    invocation = replace(
-        invocation, seconds=round(time.perf_counter() - started, 3), stopped=reason
-    )
-    state = state.with_invocation(invocation)
-    save_state(state, state_path)
-    return state
 
 
 def progress_line(outcome: VisitOutcome, elapsed: float) -> str:
@@ -421,4 +330,12 @@ def summary(state: SoakState, state_path: Path) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["SoakSettings", "Stopper", "VisitOutcome", "progress_line", "soak", "summary", "visit"]
+__all__ = [
+    "SoakSettings",
+    "Stopper",
+    "VisitOutcome",
+    "progress_line",
+    "summary",
+    "visit",
+    "visit_folder",
+]

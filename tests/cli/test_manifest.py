@@ -89,10 +89,12 @@ def test_soak_visits_the_manifest_kernels(folder: Path, tmp_path: Path) -> None:
         '[[kernel]]\nname = "plain"\ntarget = "kernels.py:plain"\n'
         'flags = ["--form", "recurrent", "--deterministic", "--causal-exact"]\n',
     )
-    state = tmp_path / "soak.json"
+    state = tmp_path / "soak.sqlite"
     argv = ["soak", "--manifest", str(path), "--properties", "outputs_match_oracle"]
     argv += ["--state", str(state), "--max-visits", "2", "--chunk-examples", "3"]
     assert main(argv) == 0
-    pairs = json.loads(state.read_text())["pairs"]
+    exported = tmp_path / "soak.json"
+    assert main(["soak", "--export", str(exported), "--state", str(state)]) == 0
+    pairs = json.loads(exported.read_text())["pairs"]
     assert [(p["kernel"], p["property"]) for p in pairs] == [("mine/plain", "outputs_match_oracle")]
     assert pairs[0]["visits"] == 2

@@ -81,7 +81,20 @@ def test_run_rejects_a_kernel_glob_matching_nothing(capsys: pytest.CaptureFixtur
     assert "--kernels quadratic/*" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # 22 s on one of CI's 2 cores: the slow tier's, with the xdist equivalence
+def test_run_refuses_a_ray_address_without_workers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before any search or file: --workers 1 runs in this process, a cluster takes N > 1.
+    out = tmp_path / "out"
+    flags = ["--kernels", "torch/chunk", "--ray-address", "127.0.0.1:6379", "--out", str(out)]
+    assert main(["run", *flags]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--ray-address 127.0.0.1:6379" in err
+    assert "--workers" in err
+    assert not out.exists()
+
+
+@pytest.mark.slow  # Ray's start-up and 30 cases on CI's 2 cores: the slow tier's
 def test_run_gives_the_same_verdicts_over_two_workers(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -90,8 +103,8 @@ def test_run_gives_the_same_verdicts_over_two_workers(
         flags = ["--kernels", "torch/*", "--dtypes", "float32,bfloat16", "--examples", "3"]
         flags += ["--max-seq-len", "10", "--workers", str(workers), "--out", str(out)]
         assert main(["run", *flags]) == EXIT_OK
-        # Neither this process nor a worker (capfd sees their output too) prints a case line;
-        # the parent's bar counts every case the workers ran.
+        # Neither this process nor a Ray worker (capfd sees their output too) prints a case
+        # line; the driver's bar counts every case the workers ran.
         shown = capfd.readouterr()
         assert not CASE_LINE.search(shown.out + shown.err)
         assert f"{5 * 3 * 2}/{5 * 3 * 2} cases" in shown.err

@@ -25,8 +25,8 @@ from linattn_verify.soak import (
     SoakSettings,
     Stopper,
     failures_dir_of,
-    load_state,
     locked,
+    read_state,
     soak,
     visit_seed,
 )
@@ -42,6 +42,13 @@ def _off_by_one(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
 
 BAD = Kernel("torch/off_by_one", _off_by_one, FULL, RECIPES["recurrent"], form="recurrent")
 SMALL = SoakSettings(chunk_examples=3, max_seq_len=8, max_head_dim=4)
+
+
+def _document(state: Path) -> dict[str, Any]:
+    """The state's JSON document, as ``soak --export`` writes it (read from the store)."""
+    read = read_state(state)
+    assert read is not None, f"no state at {state}"
+    return read.to_json()
 
 
 def _soak(state: Path, *flags: str) -> int:
@@ -68,9 +75,9 @@ def _soak(state: Path, *flags: str) -> int:
 def test_counts_accumulate_across_invocations(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state = tmp_path / "soak.json"
+    state = tmp_path / "soak.sqlite"
     assert _soak(state, "--max-visits", "2") == EXIT_OK
-    first = json.loads(state.read_text())
+    first = _document(state)
     (pair,) = first["pairs"]
     assert (pair["kernel"], pair["property"], pair["visits"]) == (
         "torch/recurrent",
@@ -87,7 +94,7 @@ def test_counts_accumulate_across_invocations(
 
     assert _soak(state, "--max-visits", "1", "-v") == EXIT_OK
     assert "visit    3" in capsys.readouterr().err, "with -v, a progress line per visit"
-    second = json.loads(state.read_text())
+    second = _document(state)
     (pair2,) = second["pairs"]
     assert pair2["visits"] == 3
     assert pair2["examples"] > pair["examples"]
@@ -108,11 +115,16 @@ def test_counts_accumulate_across_invocations(
     assert f"{pair2['examples']} examples over 1 (kernel, property) pairs, 2 invocations" in out
     assert "No failures." in out
 
+    # The export is the state file of before: what the store holds, as JSON.
+    exported = tmp_path / "export.json"
+    assert main(["soak", "--export", str(exported), "--state", str(state)]) == EXIT_OK
+    assert json.loads(exported.read_text()) == second
+
 
 def test_the_budget_bounds_an_invocation(tmp_path: Path) -> None:
-    state = tmp_path / "soak.json"
+    state = tmp_path / "soak.sqlite"
     assert _soak(state, "--budget", "0") == EXIT_OK
-    document = json.loads(state.read_text())
+    document = _document(state)
     assert document["pairs"] == []
     assert document["invocations"][0]["stopped"] == "budget"
 
@@ -120,10 +132,10 @@ def test_the_budget_bounds_an_invocation(tmp_path: Path) -> None:
 def test_a_budgeted_soak_counts_examples_against_its_time(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state = tmp_path / "soak.json"
+    state = tmp_path / "soak.sqlite"
     assert _soak(state, "--budget", "600", "--max-visits", "2") == EXIT_OK
     shown = capsys.readouterr()
-    examples = json.loads(state.read_text())["pairs"][0]["examples"]
+    examples = _document(state)["pairs"][0]["examples"]
     # Against the budget's seconds the bar has no total of examples: it counts them.
     assert f"{examples} examples" in shown.err
     assert f"{examples}/" not in shown.err
@@ -133,7 +145,7 @@ def test_a_budgeted_soak_counts_examples_against_its_time(
 def test_a_broken_kernel_records_its_failure_once_with_a_replayable_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state_path = tmp_path / "soak.json"
+    state_path = tmp_path / "soak.sqlite"
     properties = {"outputs_match_oracle": registered_properties()["outputs_match_oracle"]}
     lines: list[str] = []
     visits: list[tuple[bool, int, float]] = []
@@ -171,7 +183,7 @@ def test_a_broken_kernel_records_its_failure_once_with_a_replayable_file(
     assert not result.ok
 
     # The state on disk says the same; the summary lists the failure with its replay command.
-    assert load_state(state_path) == state
+    assert read_state(state_path) == state
     assert main(["soak", "--summary", "--state", str(state_path)]) == EXIT_FAILED
     out = capsys.readouterr().out
     assert "FAILED (1 case)" in out
@@ -216,19 +228,19 @@ def test_a_state_file_that_is_not_ours_is_a_usage_error(
 def test_bad_selections_are_usage_errors(
     flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _soak(tmp_path / "soak.json", *flags) == EXIT_USAGE
+    assert _soak(tmp_path / "soak.sqlite", *flags) == EXIT_USAGE
     assert message in capsys.readouterr().err
-    assert not (tmp_path / "soak.json").exists()
+    assert list(tmp_path.iterdir()) == [], "no state, no lock: nothing written"
 
 
 def test_summary_of_a_missing_state_and_a_contradicting_seed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state = tmp_path / "soak.json"
+    state = tmp_path / "soak.sqlite"
     assert main(["soak", "--summary", "--state", str(state)]) == EXIT_USAGE
     assert str(state) in capsys.readouterr().err
     assert _soak(state, "--budget", "0", "--seed", "7") == EXIT_OK
-    assert json.loads(state.read_text())["seed"] == 7
+    assert _document(state)["seed"] == 7
     assert _soak(state, "--budget", "0", "--seed", "8") == EXIT_USAGE
     assert "seed 7" in capsys.readouterr().err
 
@@ -236,7 +248,7 @@ def test_summary_of_a_missing_state_and_a_contradicting_seed(
 def test_a_second_soak_on_the_same_state_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state = tmp_path / "soak.json"
+    state = tmp_path / "soak.sqlite"
     with locked(state):
         assert _soak(state, "--budget", "0") == EXIT_USAGE
     assert "another soak is running" in capsys.readouterr().err
@@ -244,7 +256,7 @@ def test_a_second_soak_on_the_same_state_is_refused(
 
 
 def test_sigterm_abandons_the_visit_and_saves_the_state(tmp_path: Path) -> None:
-    state_path = tmp_path / "soak.json"
+    state_path = tmp_path / "soak.sqlite"
     oracle = registered_properties()["outputs_match_oracle"]
     calls = []
 
@@ -269,7 +281,7 @@ def test_sigterm_abandons_the_visit_and_saves_the_state(tmp_path: Path) -> None:
     assert pair.examples == SMALL.chunk_examples
     (invocation,) = state.invocations
     assert (invocation.stopped, invocation.visits) == ("SIGTERM", 1)
-    assert load_state(state_path) == state
+    assert read_state(state_path) == state
 
 
 def test_a_harness_error_is_recorded_once_and_the_soak_goes_on(tmp_path: Path) -> None:
@@ -278,7 +290,10 @@ def test_a_harness_error_is_recorded_once_and_the_soak_goes_on(tmp_path: Path) -
 
     settings = replace(SMALL, max_visits=2)
     state = soak(
-        [get_kernel("torch/recurrent")], {"broken": broken_property}, tmp_path / "s.json", settings
+        [get_kernel("torch/recurrent")],
+        {"broken": broken_property},
+        tmp_path / "s.sqlite",
+        settings,
     )
     (pair,) = state.pairs
     assert pair.visits == 2
@@ -298,7 +313,7 @@ def test_the_soak_bar_counts_the_failing_visits(
     monkeypatch.setitem(registry._REGISTERED, BAD.name, BAD)
     flags = ["--kernels", BAD.name, "--properties", "outputs_match_oracle", "--max-visits", "2"]
     flags += ["--chunk-examples", "2", "--max-seq-len", "8", "--max-head-dim", "4"]
-    assert main(["soak", *flags, "--state", str(tmp_path / "soak.json")]) == EXIT_FAILED
+    assert main(["soak", *flags, "--state", str(tmp_path / "soak.sqlite")]) == EXIT_FAILED
     shown = capsys.readouterr()
     assert "2 failed" in shown.err
     assert "FAILED (new case #1" not in shown.out + shown.err, "visit lines only with -v"

@@ -141,3 +141,19 @@ def test_declarations_around_a_value_gate_are_checked() -> None:
     do = torch.ones_like(p.v)
     with pytest.raises(InvalidArgument, match="value gate gv: its gradients are not judged"):
         backward_bounds(p, PrecisionRecipe(form="recurrent"), do=do)
+
+
+@pytest.mark.parametrize("scan", ["chunk_local", "global", "per_step"])
+def test_the_scan_charges_a_value_gate_as_the_dense_pairs_do(scan: str) -> None:
+    """The block scan (long sequences) gives the dense evaluation's bound on a value gate.
+
+    The folded gate's weights are products of two exponentials, charged (2f - 1) ε_w
+    (error model §2.9) in every pair: the scan's pairs within a chunk once lacked the factor,
+    so on a chunk-local scan they were charged ε_w alone.
+    """
+    p = _case("vector", T=40, B=1, decay="steep").build()
+    recipe = PrecisionRecipe(form="chunk", chunk_size=8, decay_scan=scan)
+    dense = forward_bounds(p, recipe)
+    scanned = forward_bounds(p, recipe, scan_block=16)
+    for name, bound in dense.tensors.items():
+        torch.testing.assert_close(scanned.tensors[name].bound, bound.bound, rtol=1e-9, atol=0)
