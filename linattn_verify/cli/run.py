@@ -97,7 +97,7 @@ def add_parser(sub: Any) -> None:
 def command(args: argparse.Namespace) -> int:
     """``linattn-verify run``."""
     from linattn_verify._device import environment
-    from linattn_verify.cluster import check_engine
+    from linattn_verify.cluster import ClusterError, check_engine
     from linattn_verify.core.family import family_of
     from linattn_verify.errors import InvalidArgument
     from linattn_verify.running import GroupSettings, select_kernels
@@ -158,9 +158,15 @@ def command(args: argparse.Namespace) -> int:
     clock = GroupClock([(k.name, d) for k, d in groups], args.examples, args.workers)
     # The plan: the draws may make fewer cases, the side-by-side ones add some.
     total = len(groups) * args.examples
-    with Progress("run", total, verbose=args.verbose, left=clock.seconds_left) as bar:
-        _run_groups(groups, settings, args.workers, args.ray_address, writer.add_case, bar, clock)
-        bar.settle()
+    try:
+        with Progress("run", total, verbose=args.verbose, left=clock.seconds_left) as bar:
+            _run_groups(
+                groups, settings, args.workers, args.ray_address, writer.add_case, bar, clock
+            )
+            bar.settle()
+    except ClusterError as exc:  # Ray could not be started or joined
+        print(f"linattn-verify run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     document = writer.finish()
     print(_summary(document, time.perf_counter() - started))
     print(f"report: {args.out / 'report.md'}, {args.out / 'report.html'}")
