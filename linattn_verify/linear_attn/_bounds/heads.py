@@ -107,8 +107,8 @@ class Rows:
         dtype = torch.bool if pending and pending[0][0].dtype == torch.bool else torch.float64
         full = torch.zeros(*self.shape, width, dtype=dtype, device=self.device)
         self.tensors[key] = full
-        while pending:  # each piece freed once written
-            x, b, start, end, h0, h1 = pending.pop(0)
+        while pending:  # each piece freed once written (the pieces are disjoint: any order)
+            x, b, start, end, h0, h1 = pending.pop()
             full[b, start:end, h0:h1] = x.transpose(0, 1)
             del x
         return full

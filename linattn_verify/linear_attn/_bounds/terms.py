@@ -112,7 +112,7 @@ class SequenceTerms:
         # G, W_end and eps_w_end, formed on first use (`release_decays` drops them).
         self._decays: dict[str, torch.Tensor] = {}
         # The scan's block size, and each position's block and its ends (`_blocks`).
-        self._blocks_of_G: DecayBlocks | None = None
+        self._decay_blocks: DecayBlocks | None = None
         # The pair quantities ([H?, L, L+1], dense or lazy: `_dense_pairs`, `_lazy_pairs`).
         self.W: PairMatrix
         self.causal: PairMatrix
@@ -253,7 +253,7 @@ class SequenceTerms:
         """
         if self.vector:
             self._decays.clear()
-            self._blocks_of_G = None
+            self._decay_blocks = None
 
     # φ'(x) and its error are read once, by the gradients' chain rule: formed there, not kept
     # (each is [H, L, K], held as long as the forward's pieces are).
@@ -445,10 +445,10 @@ class SequenceTerms:
     @property
     def decay_blocks(self) -> DecayBlocks:
         """The decay scan's blocks over positions 0..L (`weight_errors.DecayBlocks`)."""
-        if self._blocks_of_G is None:
+        if self._decay_blocks is None:
             r = self.recipe
-            self._blocks_of_G = DecayBlocks.of(r.decay_scan, r.chunk_size, self.L, self.G.device)
-        return self._blocks_of_G
+            self._decay_blocks = DecayBlocks.of(r.decay_scan, r.chunk_size, self.L, self.G.device)
+        return self._decay_blocks
 
     def weight_error(
         self, G: torch.Tensor, D: torch.Tensor, t: torch.Tensor, j: torch.Tensor
@@ -464,35 +464,33 @@ class SequenceTerms:
         # Every operation is elementwise over G's rows: a vector gate's [H*K, ...] rows are
         # evaluated a block at a time (the same arithmetic), so the ten or so temporaries are
         # each one block, not one token tensor.
-        rows = D.shape[0]
-        per = max(1, WEIGHT_ERROR_ELEMENTS // max(1, D[0].numel()))
-        if rows <= per or rows != G.shape[0]:
-            per = rows
         scan = self.recipe.decay_scan
         blocks = None if scan == "per_step" else self.decay_blocks
-        out: torch.Tensor | None = None
-        for r0 in range(0, rows, per):
-            r1 = min(r0 + per, rows)
-            whole = per == rows
-            offset = self.packed_offset
-            part = error_of_rows(
-                D if whole else D[r0:r1],
+        offset = self.packed_offset
+
+        def of_rows(r: slice) -> torch.Tensor:
+            return error_of_rows(
+                D[r],
                 t,
                 j,
-                G if whole else G[r0:r1],
+                G[r],
                 blocks,
                 u=self.units.arith,
                 scan=scan,
                 causal_exact=self.causal_exact,
-                packed_offset=offset if offset is None or whole else offset[r0:r1],
+                packed_offset=None if offset is None else offset[r],
             ).mul_(self.gate_factor)
-            if whole:
-                return part
-            if out is None:
-                out = part.new_empty(rows, *part.shape[1:])
-            out[r0:r1] = part
-            del part
-        assert out is not None
+
+        rows = D.shape[0]
+        per = max(1, WEIGHT_ERROR_ELEMENTS // max(1, D[0].numel()))
+        if rows <= per or rows != G.shape[0]:  # one block (or D broadcast over G's rows)
+            return of_rows(slice(None))
+        first = of_rows(slice(0, per))
+        out = first.new_empty(rows, *first.shape[1:])
+        out[:per] = first
+        del first
+        for r0 in range(per, rows, per):
+            out[r0 : r0 + per] = of_rows(slice(r0, r0 + per))
         return out
 
     @property

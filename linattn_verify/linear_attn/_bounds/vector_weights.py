@@ -20,6 +20,7 @@ from linattn_verify.linear_attn._bounds.pairwise import (
     Separable,
 )
 from linattn_verify.linear_attn._bounds.terms import SequenceTerms
+from linattn_verify.linear_attn._bounds.weight_errors import within_block_parts
 
 
 class VectorWeights:
@@ -88,27 +89,16 @@ class VectorWeights:
     def _same_chunk_error_parts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """ε_w = f(t, m) + g(j, m) for pairs in one chunk (a chunk-local scan), as `_error_parts`.
 
-        Within a chunk `weight_error` has one piece and no block total of j's, so
-        ε_w = 5u + 3.4u (G̃_t - G̃_j) + C u (|G_t|_loc + |G_j|_loc) (+ the reference points' share
-        of a kernel not promising causality: 10u + (6.8u + C u) |ΣG of t's chunk|).
+        Within a chunk `weight_error` has one piece and no block total of j's: the formula of
+        pairs within one block (`weight_errors.within_block_parts`), on the chunks.
         """
         if self._same_error is None:
-            u, G = self.seq.units.arith, self.seq.G
-            blocks = self.seq.decay_blocks
-            B = blocks.size
-            # In place, one [H*K, L] temporary at a time (each as large as a token tensor);
-            # the same roundings as the formula: 3.4u G̃ = G·(-3.4u) exactly, as G̃ = -G.
-            local = blocks.since_start(G)
-            local *= B * u  # B u |G|_loc
-            f = G[:, 1:] * (-3.4 * u)
-            f += 5 * u
-            f += local[:, 1:]
-            g = G * (3.4 * u)
-            g += local
-            del local
-            if not self.seq.causal_exact:
-                f += 10 * u
-                f += blocks.total(G)[:, 1:] * (6.8 * u + B * u)
+            f, g = within_block_parts(
+                self.seq.G,
+                self.seq.decay_blocks,
+                u=self.seq.units.arith,
+                causal_exact=self.seq.causal_exact,
+            )
             # A folded value gate's weights are products of two (`SequenceTerms.weight_error`):
             # the across-chunk parts and the dense path carry the factor, and so must these.
             f *= self.seq.gate_factor

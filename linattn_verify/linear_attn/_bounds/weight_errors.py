@@ -118,37 +118,60 @@ def separable_parts(
         g = G * (2.4 * u)  # -4u j - 2.4u G̃_j
         g += -4 * u * jf
         return f, g
+    if scan != "chunk_local":  # global: one block, pieces = 1, G_local = G̃
+        return within_block_parts(
+            G, blocks, u=u, causal_exact=causal_exact, packed_offset=packed_offset
+        )
+    # chunk-local: never the same block across scan blocks
     B = blocks.size
     bt, bj = blocks.blk[1:].to(f64), blocks.blk.to(f64)
     local = blocks.since_start(G)  # |G|_loc
-    if scan == "chunk_local":  # never the same block across scan blocks
-        c = 3.4 * u + B * u
-        total = blocks.total(G)  # |ΣG|_block
-        # -5u b_j - c G̃_j + B u (|G|_loc,j + |ΣG|_block(j))
-        g = G * c
-        g += -5 * u * bj
-        both = local + total
-        both *= B * u
-        g += both
-        del both
-        # 5u (b_t + 1) + c G̃_t + B u |G|_loc,t
-        f = G[:, 1:] * -c
-        f += 5 * u * (bt + 1)
-        local *= B * u
-        f += local[:, 1:]
-        if not causal_exact:
-            f += 10 * u * (bt + 1)
-            f += total[:, 1:] * (6.8 * u + B * u)
-            g -= 10 * u * bj
-            g += total * (6.8 * u + B * u)
-        return f, g
-    # global: one block, pieces = 1, G_local = G̃
+    c = 3.4 * u + B * u
+    total = blocks.total(G)  # |ΣG|_block
+    # -5u b_j - c G̃_j + B u (|G|_loc,j + |ΣG|_block(j))
+    g = G * c
+    g += -5 * u * bj
+    both = local + total
+    both *= B * u
+    g += both
+    del both
+    # 5u (b_t + 1) + c G̃_t + B u |G|_loc,t
+    f = G[:, 1:] * -c
+    f += 5 * u * (bt + 1)
     local *= B * u
+    f += local[:, 1:]
+    if not causal_exact:
+        f += 10 * u * (bt + 1)
+        f += total[:, 1:] * (6.8 * u + B * u)
+        g -= 10 * u * bj
+        g += total * (6.8 * u + B * u)
+    return f, g
+
+
+def within_block_parts(
+    G: torch.Tensor,
+    blocks: DecayBlocks,
+    *,
+    u: float,
+    causal_exact: bool,
+    packed_offset: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ε_w = f(t) + g(j) for pairs within one block: f ``[rows, L]``, g ``[rows, L+1]``.
+
+    One piece, and no block total of j's: ε_w = 5u + 3.4u (G̃_t - G̃_j) + B u (|G_t|_loc +
+    |G_j|_loc), plus a kernel not promising causality's reference points, 10u + (6.8u + B u)
+    |ΣG of t's block| (and a packed row's offset). A global scan's every pair (one block), and
+    a chunk-local scan's pairs within a chunk. In place, as `separable_parts`.
+    """
+    B = blocks.size
+    local = blocks.since_start(G)
+    local *= B * u  # B u |G|_loc
     f = G[:, 1:] * (-3.4 * u)  # 5u + 3.4u G̃_t + B u |G|_loc,t
     f += 5 * u
     f += local[:, 1:]
     g = G * (3.4 * u)  # -3.4u G̃_j + B u |G|_loc,j
     g += local
+    del local
     if not causal_exact:
         reach = blocks.total(G)[:, 1:]
         if packed_offset is not None:
@@ -158,4 +181,4 @@ def separable_parts(
     return f, g
 
 
-__all__ = ["DecayBlocks", "error_of_rows", "separable_parts"]
+__all__ = ["DecayBlocks", "error_of_rows", "separable_parts", "within_block_parts"]
